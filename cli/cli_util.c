@@ -1,0 +1,73 @@
+/* cli_util.c: option parsing and shared helpers of the subcommands (see cli.h). */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+int cli_i32(const char *cmd, const char *opt, const char *s, int32_t lo, int32_t hi, int32_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "inflight %s: %s: '%s' is not an integer in [%d, %d]\n", cmd, opt, s, lo, hi);
+        return -1;
+    }
+    *out = (int32_t)v;
+    return 0;
+}
+
+int cli_u64(const char *cmd, const char *opt, const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || s[0] == '-') {
+        fprintf(stderr, "inflight %s: %s: '%s' is not a non-negative integer\n", cmd, opt, s);
+        return -1;
+    }
+    *out = (uint64_t)v;
+    return 0;
+}
+
+int cli_f64(const char *cmd, const char *opt, const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi) {
+        fprintf(stderr, "inflight %s: %s: '%s' is not a number in [%g, %g]\n", cmd, opt, s, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int cli_usage_error(const char *cmd, const char *msg)
+{
+    fprintf(stderr, "inflight %s: %s (see 'inflight %s --help')\n", cmd, msg, cmd);
+    return 2;
+}
+
+int cli_weights(const char *cmd, const char *s, ifl_model_opts *o)
+{
+    if (!strcmp(s, "auto")) {
+        o->convert = 0;
+        return 0;
+    }
+    if (ifl_dtype_parse(s, &o->dtype)) {
+        fprintf(stderr, "inflight %s: --weights: '%s' is not one of f32, f16, bf16, auto\n", cmd, s);
+        return -1;
+    }
+    o->convert = 1;
+    return 0;
+}
+
+const char *cli_default_vocab_dir(void)
+{
+    const char *e = getenv("INFLIGHT_VOCAB_DIR");
+    return e && *e ? e : INFLIGHT_DEFAULT_VOCAB_DIR;
+}

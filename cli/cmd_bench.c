@@ -1,0 +1,321 @@
+/* cmd_bench.c: `inflight bench --engine`: decode throughput at several batch sizes and prefill
+ * throughput of the engine alone (no scheduler, no sockets), on a given model or on a random
+ * GPT-2-124M-shaped one made (once) for the purpose. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "cli.h"
+#include "kv.h"
+#include "make_model.h"
+#include "rng.h"
+#include "util.h"
+
+static const char *const HELP =
+    "usage: inflight bench --engine [options]\n"
+    "\n"
+    "Measures the engine: decode tok/s with B sequences stepping together (each with an 8-token\n"
+    "prompt), and the time of one long prefill. Greedy sampling is included in decode steps.\n"
+    "\n"
+    "  --engine           run the engine benchmark\n"
+    "  --model DIR        model to use (default: models/bench-gpt2-124m-f32, a random GPT-2-124M\n"
+    "                     shaped f32 model, created on first use)\n"
+    "  --weights T        hold weights as f32 | f16 | bf16 | auto (default auto: as stored)\n"
+    "  --threads N        CPU threads (default: one per core)\n"
+    "  --batches LIST     comma-separated batch sizes (default 1,8,64)\n"
+    "  --steps N          timed decode steps per batch size (default 32; 64 at batch 1)\n"
+    "  --prefill N        prompt length of the prefill measurement (default 512, 0 = skip)\n"
+    "  --repeat N         prefill repetitions, the median is reported (default 3)\n";
+
+#define DEFAULT_BENCH_MODEL "models/bench-gpt2-124m-f32"
+#define BENCH_PROMPT 8
+
+static int ensure_bench_model(const char *dir, ifl_err *err)
+{
+    char path[4096];
+    if (ifl_path_join(path, sizeof path, dir, "model.safetensors"))
+        return ifl_err_set(err, "%s: path too long", dir);
+    if (ifl_file_exists(path))
+        return 0;
+    ifl_make_model_opts o;
+    ifl_make_model_defaults(&o);
+    o.cfg.n_layer = 12;
+    o.cfg.n_head = 12;
+    o.cfg.n_embd = 768;
+    o.cfg.n_ctx = 1024;
+    o.seed = 124;
+    o.scale = 0.02;
+    o.vocab_dir = NULL;
+    fprintf(stderr, "inflight bench: creating %s (random GPT-2-124M shape, f32)...\n", dir);
+    return ifl_make_model(dir, &o, err);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int32_t argmax(const float *x, int32_t n)
+{
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return best;
+}
+
+/* Decode benchmark at batch B; returns seconds per step. */
+static int bench_decode(ifl_backend *be, int32_t B, int32_t steps, double *sec_per_step,
+                        ifl_err *err)
+{
+    const ifl_config *c = &be->model->cfg;
+    int rc = -1;
+    ifl_kv_pool pool = {0};
+    ifl_kv_seq *seqs = calloc((size_t)B, sizeof *seqs);
+    int32_t *tokens = malloc((size_t)B * BENCH_PROMPT * sizeof *tokens);
+    int32_t *run_start = malloc((size_t)(B + 1) * sizeof *run_start);
+    int32_t *pos0 = malloc((size_t)B * sizeof *pos0);
+    int32_t *nblk = malloc((size_t)B * sizeof *nblk);
+    const int32_t **tables = malloc((size_t)B * sizeof *tables);
+    float *logits = malloc((size_t)B * c->n_vocab * sizeof *logits);
+    if (!seqs || !tokens || !run_start || !pos0 || !nblk || !tables || !logits) {
+        ifl_err_set(err, "out of memory");
+        goto out;
+    }
+    if (ifl_kv_pool_init(&pool, be->params.kv_blocks, be->params.kv_block_size, err))
+        goto out;
+    int32_t warm = 2, total = BENCH_PROMPT + warm + steps + 1;
+    ifl_rng rng;
+    ifl_rng_seed(&rng, 42);
+    for (int32_t s = 0; s < B; s++) {
+        if (ifl_kv_seq_reserve(&seqs[s], &pool, total)) {
+            ifl_err_set(err, "KV pool too small for batch %d", B);
+            goto out;
+        }
+        tables[s] = seqs[s].blocks;
+        nblk[s] = seqs[s].n_blocks;
+        for (int32_t i = 0; i < BENCH_PROMPT; i++)
+            tokens[s * BENCH_PROMPT + i] = (int32_t)(ifl_rng_next(&rng) % (uint64_t)c->n_vocab);
+    }
+    /* prefill, as many sequences per step as the token budget allows */
+    for (int32_t s0 = 0; s0 < B;) {
+        int32_t per = be->params.max_tokens / BENCH_PROMPT;
+        int32_t n = B - s0 < per ? B - s0 : per;
+        for (int32_t i = 0; i <= n; i++)
+            run_start[i] = i * BENCH_PROMPT;
+        for (int32_t i = 0; i < n; i++)
+            pos0[i] = 0;
+        ifl_batch b = {.n_seqs = n, .n_tokens = n * BENCH_PROMPT,
+                       .tokens = tokens + s0 * BENCH_PROMPT, .run_start = run_start,
+                       .pos0 = pos0, .block_tables = tables + s0, .n_blocks = nblk + s0};
+        if (ifl_backend_step(be, &b, logits + (size_t)s0 * c->n_vocab, err))
+            goto out;
+        s0 += n;
+    }
+    int32_t pos = BENCH_PROMPT;
+    double t0 = 0;
+    for (int32_t it = 0; it < warm + steps; it++) {
+        if (it == warm)
+            t0 = ifl_now_s();
+        for (int32_t s = 0; s < B; s++) {
+            tokens[s] = argmax(logits + (size_t)s * c->n_vocab, c->n_vocab);
+            run_start[s] = s;
+            pos0[s] = pos;
+        }
+        run_start[B] = B;
+        ifl_batch b = {.n_seqs = B, .n_tokens = B, .tokens = tokens, .run_start = run_start,
+                       .pos0 = pos0, .block_tables = tables, .n_blocks = nblk};
+        if (ifl_backend_step(be, &b, logits, err))
+            goto out;
+        pos++;
+    }
+    *sec_per_step = (ifl_now_s() - t0) / steps;
+    rc = 0;
+out:
+    if (seqs)
+        for (int32_t s = 0; s < B; s++)
+            ifl_kv_seq_free(&seqs[s], &pool);
+    ifl_kv_pool_free(&pool);
+    free(seqs);
+    free(tokens);
+    free(run_start);
+    free(pos0);
+    free(nblk);
+    free(tables);
+    free(logits);
+    return rc;
+}
+
+static int bench_prefill(ifl_backend *be, int32_t P, int32_t repeat, double *median_s, ifl_err *err)
+{
+    const ifl_config *c = &be->model->cfg;
+    int rc = -1;
+    ifl_kv_pool pool = {0};
+    ifl_kv_seq seq = {0};
+    int32_t *tokens = malloc((size_t)P * sizeof *tokens);
+    float *logits = malloc((size_t)c->n_vocab * sizeof *logits);
+    double *times = calloc((size_t)repeat, sizeof *times);
+    if (!tokens || !logits || !times) {
+        ifl_err_set(err, "out of memory");
+        goto out;
+    }
+    if (ifl_kv_pool_init(&pool, be->params.kv_blocks, be->params.kv_block_size, err))
+        goto out;
+    if (ifl_kv_seq_reserve(&seq, &pool, P)) {
+        ifl_err_set(err, "KV pool too small for a %d-token prefill", P);
+        goto out;
+    }
+    ifl_rng rng;
+    ifl_rng_seed(&rng, 7);
+    for (int32_t i = 0; i < P; i++)
+        tokens[i] = (int32_t)(ifl_rng_next(&rng) % (uint64_t)c->n_vocab);
+    for (int32_t r = 0; r < repeat; r++) {
+        double t0 = ifl_now_s();
+        for (int32_t pos = 0; pos < P;) {
+            int32_t len = P - pos < be->params.max_tokens ? P - pos : be->params.max_tokens;
+            int32_t rs[2] = {0, len};
+            const int32_t *tables[1] = {seq.blocks};
+            ifl_batch b = {.n_seqs = 1, .n_tokens = len, .tokens = tokens + pos, .run_start = rs,
+                           .pos0 = &pos, .block_tables = tables, .n_blocks = &seq.n_blocks};
+            if (ifl_backend_step(be, &b, logits, err))
+                goto out;
+            pos += len;
+        }
+        times[r] = ifl_now_s() - t0;
+    }
+    qsort(times, (size_t)repeat, sizeof *times, cmp_double);
+    *median_s = times[repeat / 2];
+    rc = 0;
+out:
+    ifl_kv_seq_free(&seq, &pool);
+    ifl_kv_pool_free(&pool);
+    free(tokens);
+    free(logits);
+    free(times);
+    return rc;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"engine", no_argument, 0, 'e'},        {"model", required_argument, 0, 'm'},
+        {"weights", required_argument, 0, 'w'}, {"threads", required_argument, 0, 'T'},
+        {"batches", required_argument, 0, 'b'}, {"steps", required_argument, 0, 's'},
+        {"prefill", required_argument, 0, 'p'}, {"repeat", required_argument, 0, 'r'},
+        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
+    };
+    const char *cmd = "bench", *dir = NULL;
+    int engine = 0;
+    int32_t threads = 0, steps = 0, prefill = 512, repeat = 3;
+    int32_t batches[32] = {1, 8, 64};
+    int n_batches = 3;
+    ifl_model_opts mo = {0};
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        switch (c) {
+        case 'e': engine = 1; break;
+        case 'm': dir = optarg; break;
+        case 'w': if (cli_weights(cmd, optarg, &mo)) return 2; break;
+        case 'T': if (cli_i32(cmd, "--threads", optarg, 1, 1024, &threads)) return 2; break;
+        case 's': if (cli_i32(cmd, "--steps", optarg, 1, 100000, &steps)) return 2; break;
+        case 'p': if (cli_i32(cmd, "--prefill", optarg, 0, 1 << 20, &prefill)) return 2; break;
+        case 'r': if (cli_i32(cmd, "--repeat", optarg, 1, 1000, &repeat)) return 2; break;
+        case 'b': {
+            n_batches = 0;
+            char *list = strdup(optarg), *save = NULL;
+            for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                if (n_batches == 32 || cli_i32(cmd, "--batches", t, 1, 4096, &batches[n_batches])) {
+                    free(list);
+                    return 2;
+                }
+                n_batches++;
+            }
+            free(list);
+            if (!n_batches)
+                return cli_usage_error(cmd, "--batches needs at least one size");
+            break;
+        }
+        case 'h': fputs(HELP, stdout); return 0;
+        case ':': return cli_usage_error(cmd, "an option is missing its value");
+        default: return cli_usage_error(cmd, "unknown option");
+        }
+    }
+    if (optind < argc)
+        return cli_usage_error(cmd, "unexpected argument");
+    if (!engine)
+        return cli_usage_error(cmd, "say what to measure: --engine (the scheduler benchmark comes "
+                                    "with the batcher)");
+    int rc = 1;
+    ifl_err err;
+    ifl_model model = {0};
+    ifl_backend *be = NULL;
+    if (!dir) {
+        dir = DEFAULT_BENCH_MODEL;
+        if (ensure_bench_model(dir, &err)) {
+            fprintf(stderr, "inflight bench: %s\n", err.msg);
+            return 1;
+        }
+    }
+    if (ifl_model_load(&model, dir, &mo, &err)) {
+        fprintf(stderr, "inflight bench: %s\n", err.msg);
+        goto out;
+    }
+    int32_t max_b = 1;
+    for (int i = 0; i < n_batches; i++)
+        max_b = batches[i] > max_b ? batches[i] : max_b;
+    if (prefill > model.cfg.n_ctx) {
+        fprintf(stderr, "inflight bench: --prefill %d exceeds the model's context of %d\n", prefill,
+                model.cfg.n_ctx);
+        goto out;
+    }
+    int32_t max_steps = steps ? steps : 64;
+    int32_t per_seq = BENCH_PROMPT + max_steps + 4;
+    int32_t blocks_per_seq = (per_seq + 15) / 16;
+    int32_t blocks = blocks_per_seq * max_b;
+    int32_t pre_blocks = (prefill + 15) / 16;
+    ifl_backend_params bp = {
+        .n_threads = threads, .kv_block_size = 16,
+        .kv_blocks = blocks > pre_blocks ? blocks : pre_blocks,
+        .max_seqs = max_b, .max_tokens = 512 > max_b ? 512 : max_b,
+    };
+    be = ifl_cpu_backend_new(&model, &bp, &err);
+    if (!be) {
+        fprintf(stderr, "inflight bench: %s\n", err.msg);
+        goto out;
+    }
+    char desc[256];
+    be->ops->describe(be, desc, sizeof desc);
+    printf("inflight bench --engine: %s: %d layers, %d heads, %d wide, vocab %d\n  %s\n", dir,
+           model.cfg.n_layer, model.cfg.n_head, model.cfg.n_embd, model.cfg.n_vocab, desc);
+    for (int i = 0; i < n_batches; i++) {
+        int32_t B = batches[i];
+        int32_t st = steps ? steps : (B == 1 ? 64 : 32);
+        double sps;
+        if (bench_decode(be, B, st, &sps, &err)) {
+            fprintf(stderr, "inflight bench: batch %d: %s\n", B, err.msg);
+            goto out;
+        }
+        printf("  decode  batch %4d: %8.2f ms/step  %8.1f tok/s  (%d steps)\n", B, sps * 1e3,
+               B / sps, st);
+        fflush(stdout);
+    }
+    if (prefill > 0) {
+        double med;
+        if (bench_prefill(be, prefill, repeat, &med, &err)) {
+            fprintf(stderr, "inflight bench: prefill: %s\n", err.msg);
+            goto out;
+        }
+        printf("  prefill %4d tokens: %8.3f s        %8.1f tok/s  (median of %d, chunks of %d)\n",
+               prefill, med, prefill / med, repeat, be->params.max_tokens);
+    }
+    rc = 0;
+out:
+    ifl_backend_free(be);
+    ifl_model_free(&model);
+    return rc;
+}

@@ -1,0 +1,149 @@
+/* cmd_tokenize.c: `inflight tokenize`: GPT-2 token ids of stdin (or, with --decode, the text of
+ * ids read from stdin). */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const char *const HELP =
+    "usage: inflight tokenize --model DIR [--special] [--decode] < input\n"
+    "\n"
+    "Reads all of stdin and prints its GPT-2 token ids, space-separated, on one line.\n"
+    "DIR holds vocab.json + merges.txt (or encoder.json + vocab.bpe).\n"
+    "\n"
+    "  --model DIR   model or vocabulary directory\n"
+    "  --special     treat the text <|endoftext|> as the end-of-text token (default: plain text,\n"
+    "                as the reference encoders do)\n"
+    "  --decode      the reverse: read ids (whitespace-separated) and write their bytes\n";
+
+#define MAX_INPUT ((size_t)256 << 20)
+
+static int read_stdin(char **out, size_t *len)
+{
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    if (!buf)
+        return -1;
+    for (;;) {
+        if (n == cap) {
+            if (cap >= MAX_INPUT) {
+                free(buf);
+                errno = EFBIG;
+                return -1;
+            }
+            cap *= 2;
+            char *b = realloc(buf, cap + 1);
+            if (!b) {
+                free(buf);
+                return -1;
+            }
+            buf = b;
+        }
+        size_t r = fread(buf + n, 1, cap - n, stdin);
+        n += r;
+        if (r == 0) {
+            if (ferror(stdin)) {
+                free(buf);
+                return -1;
+            }
+            break;
+        }
+    }
+    buf[n] = 0;
+    *out = buf;
+    *len = n;
+    return 0;
+}
+
+int cmd_tokenize(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'}, {"special", no_argument, 0, 's'},
+        {"decode", no_argument, 0, 'd'},      {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    const char *cmd = "tokenize", *dir = NULL;
+    int special = 0, decode = 0;
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': dir = optarg; break;
+        case 's': special = 1; break;
+        case 'd': decode = 1; break;
+        case 'h': fputs(HELP, stdout); return 0;
+        case ':': return cli_usage_error(cmd, "an option is missing its value");
+        default: return cli_usage_error(cmd, "unknown option");
+        }
+    }
+    if (optind < argc)
+        return cli_usage_error(cmd, "unexpected argument");
+    if (!dir)
+        return cli_usage_error(cmd, "--model DIR is required");
+
+    int rc = 1;
+    ifl_err err;
+    ifl_tokenizer *tok = NULL;
+    ifl_tokens ids = {0};
+    char *text = NULL, *dec = NULL;
+    size_t len;
+    if (ifl_tokenizer_load(&tok, dir, &err)) {
+        fprintf(stderr, "inflight tokenize: %s\n", err.msg);
+        goto out;
+    }
+    if (read_stdin(&text, &len)) {
+        fprintf(stderr, "inflight tokenize: reading stdin: %s\n", strerror(errno));
+        goto out;
+    }
+    if (decode) {
+        char *p = text;
+        for (;;) {
+            while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')
+                p++;
+            if (!*p)
+                break;
+            char *end;
+            errno = 0;
+            long v = strtol(p, &end, 10);
+            if (end == p || errno || v < 0 || v >= ifl_tokenizer_n_vocab(tok)) {
+                fprintf(stderr, "inflight tokenize: --decode: '%.20s' is not a token id in [0, %d)\n",
+                        p, ifl_tokenizer_n_vocab(tok));
+                goto out;
+            }
+            if (ifl_tokens_push(&ids, (int32_t)v)) {
+                fprintf(stderr, "inflight tokenize: out of memory\n");
+                goto out;
+            }
+            p = end;
+        }
+        size_t dl;
+        if (ifl_tokenizer_decode(tok, ids.ids, ids.n, &dec, &dl, &err)) {
+            fprintf(stderr, "inflight tokenize: %s\n", err.msg);
+            goto out;
+        }
+        fwrite(dec, 1, dl, stdout);
+    } else {
+        if (ifl_tokenizer_encode(tok, text, len, special, &ids, &err)) {
+            fprintf(stderr, "inflight tokenize: %s\n", err.msg);
+            goto out;
+        }
+        for (size_t i = 0; i < ids.n; i++)
+            printf(i ? " %d" : "%d", ids.ids[i]);
+        printf("\n");
+    }
+    if (fflush(stdout) != 0) {
+        fprintf(stderr, "inflight tokenize: writing stdout: %s\n", strerror(errno));
+        goto out;
+    }
+    rc = 0;
+out:
+    free(dec);
+    free(text);
+    ifl_tokens_free(&ids);
+    ifl_tokenizer_free(tok);
+    return rc;
+}

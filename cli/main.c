@@ -1,0 +1,52 @@
+/* main.c: the `inflight` binary: dispatches to its subcommands (cli.h). */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: inflight <command> [options]\n"
+            "\n"
+            "commands:\n"
+            "  generate     stream a completion of a prompt to stdout\n"
+            "  tokenize     print the GPT-2 token ids of stdin\n"
+            "  make-model   write a random GPT-2 in the Hugging Face layout\n"
+            "  bench        measure the engine (--engine)\n"
+            "  version      print the version\n"
+            "\n"
+            "Run 'inflight <command> --help' for the options of a command.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    static const struct {
+        const char *name;
+        int (*fn)(int, char **);
+    } cmds[] = {
+        {"generate", cmd_generate},
+        {"tokenize", cmd_tokenize},
+        {"make-model", cmd_make_model},
+        {"bench", cmd_bench},
+    };
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+        if (!strcmp(cmd, cmds[i].name))
+            return cmds[i].fn(argc - 1, argv + 1);
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+        printf("inflight %s\n", INFLIGHT_VERSION);
+        return 0;
+    }
+    if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+        usage(stdout);
+        return 0;
+    }
+    fprintf(stderr, "inflight: unknown command '%s'\n\n", cmd);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,60 @@
+/* backend.c: what every backend shares: default parameters and batch validation (see backend.h). */
+#include "backend.h"
+
+#include <stddef.h>
+
+void ifl_backend_params_fill(ifl_backend_params *p, const ifl_model *m, int64_t kv_mem_mb)
+{
+    const ifl_config *c = &m->cfg;
+    if (p->kv_block_size <= 0)
+        p->kv_block_size = 16;
+    if (p->max_seqs <= 0)
+        p->max_seqs = 64;
+    if (p->max_tokens <= 0)
+        p->max_tokens = 512;
+    if (p->max_tokens < p->max_seqs)
+        p->max_tokens = p->max_seqs; /* a decode step needs one token per sequence */
+    if (p->kv_blocks <= 0) {
+        int64_t per_seq = (c->n_ctx + p->kv_block_size - 1) / p->kv_block_size;
+        int64_t want = per_seq * p->max_seqs;
+        int64_t block_bytes = (int64_t)c->n_layer * 2 * c->n_embd * p->kv_block_size * 4;
+        int64_t cap = kv_mem_mb > 0 ? kv_mem_mb * 1024 * 1024 / block_bytes : want;
+        if (cap < per_seq)
+            cap = per_seq; /* always room for one full context */
+        p->kv_blocks = (int32_t)(want < cap ? want : cap);
+    }
+}
+
+int ifl_batch_validate(const ifl_backend *be, const ifl_batch *b, ifl_err *err)
+{
+    const ifl_config *c = &be->model->cfg;
+    const ifl_backend_params *p = &be->params;
+    if (b->n_seqs < 1 || b->n_seqs > p->max_seqs)
+        return ifl_err_set(err, "batch: n_seqs %d outside [1, %d]", b->n_seqs, p->max_seqs);
+    if (b->n_tokens < 1 || b->n_tokens > p->max_tokens)
+        return ifl_err_set(err, "batch: n_tokens %d outside [1, %d]", b->n_tokens, p->max_tokens);
+    if (b->run_start[0] != 0 || b->run_start[b->n_seqs] != b->n_tokens)
+        return ifl_err_set(err, "batch: runs cover [%d, %d), expected [0, %d)", b->run_start[0],
+                           b->run_start[b->n_seqs], b->n_tokens);
+    for (int32_t s = 0; s < b->n_seqs; s++) {
+        int32_t len = b->run_start[s + 1] - b->run_start[s];
+        if (len < 1)
+            return ifl_err_set(err, "batch: sequence %d has an empty run", s);
+        if (b->pos0[s] < 0 || b->pos0[s] + len > c->n_ctx)
+            return ifl_err_set(err, "batch: sequence %d covers positions [%d, %d), outside the %d-token context",
+                               s, b->pos0[s], b->pos0[s] + len, c->n_ctx);
+        int32_t need = (b->pos0[s] + len + p->kv_block_size - 1) / p->kv_block_size;
+        if (b->n_blocks[s] < need)
+            return ifl_err_set(err, "batch: sequence %d has %d KV blocks, needs %d for position %d",
+                               s, b->n_blocks[s], need, b->pos0[s] + len - 1);
+        for (int32_t j = 0; j < need; j++)
+            if (b->block_tables[s][j] < 0 || b->block_tables[s][j] >= p->kv_blocks)
+                return ifl_err_set(err, "batch: sequence %d block %d is %d, outside the pool [0, %d)",
+                                   s, j, b->block_tables[s][j], p->kv_blocks);
+        for (int32_t i = b->run_start[s]; i < b->run_start[s + 1]; i++)
+            if (b->tokens[i] < 0 || b->tokens[i] >= c->n_vocab)
+                return ifl_err_set(err, "batch: token %d (sequence %d) is %d, outside the vocabulary [0, %d)",
+                                   i, s, b->tokens[i], c->n_vocab);
+    }
+    return 0;
+}

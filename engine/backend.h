@@ -1,0 +1,72 @@
+/* backend.h: the step interface every compute backend implements (CPU here, CUDA in cuda/).
+ *
+ * One call runs one ragged batch: S sequences, each contributing a run of tokens (a prefill chunk
+ * or a single decode token) at its own positions, with its own KV blocks from the backend's paged
+ * pool. The step appends the runs' keys and values to the pool and returns the logits of the last
+ * token of every run. Which blocks a sequence owns is decided outside (kv.h, the batcher): the
+ * backend only stores and reads them. Modelled on ggml's backend struct: a table of function
+ * pointers; entries marked optional may be NULL. */
+#ifndef IFL_BACKEND_H
+#define IFL_BACKEND_H
+
+#include <stdint.h>
+
+#include "error.h"
+#include "model.h"
+
+typedef struct {
+    int32_t n_seqs;                     /* S */
+    int32_t n_tokens;                   /* T = sum of run lengths */
+    const int32_t *tokens;              /* (T) the runs back to back */
+    const int32_t *run_start;           /* (S + 1) run s is tokens[run_start[s] .. run_start[s+1]) */
+    const int32_t *pos0;                /* (S) position of the first token of run s */
+    const int32_t *const *block_tables; /* (S) KV block ids of sequence s, in position order */
+    const int32_t *n_blocks;            /* (S) length of each block table */
+} ifl_batch;
+
+typedef struct {
+    int32_t n_threads;      /* CPU threads; 0 = one per core */
+    int32_t kv_blocks;      /* blocks in the KV pool */
+    int32_t kv_block_size;  /* tokens per block */
+    int32_t max_tokens;     /* most tokens in one step (T) */
+    int32_t max_seqs;       /* most sequences in one step (S) */
+} ifl_backend_params;
+
+typedef struct ifl_backend ifl_backend;
+
+typedef struct {
+    const char *name;
+    void (*free)(ifl_backend *be);
+    /* Runs one step and writes logits (S, V): row s is the last token of run s. */
+    int (*step)(ifl_backend *be, const ifl_batch *batch, float *logits, ifl_err *err);
+    /* Optional: a one-line description of the device and its settings. NULL: name only. */
+    void (*describe)(const ifl_backend *be, char *buf, int cap);
+} ifl_backend_ops;
+
+struct ifl_backend {
+    const ifl_backend_ops *ops;
+    const ifl_model *model;
+    ifl_backend_params params;          /* as granted (defaults filled in) */
+};
+
+/* Fills zero fields with defaults that fit the model: 16-token blocks, enough blocks for
+ * max_seqs full contexts capped by kv_mem_mb of memory, max_tokens 512, max_seqs 64. */
+void ifl_backend_params_fill(ifl_backend_params *p, const ifl_model *m, int64_t kv_mem_mb);
+
+/* Checks a batch against the model and the backend's limits; the error names the field. */
+int ifl_batch_validate(const ifl_backend *be, const ifl_batch *b, ifl_err *err);
+
+/* The CPU backend (OpenBLAS + own kernels). */
+ifl_backend *ifl_cpu_backend_new(const ifl_model *m, const ifl_backend_params *p, ifl_err *err);
+
+static inline int ifl_backend_step(ifl_backend *be, const ifl_batch *b, float *logits, ifl_err *err)
+{
+    return be->ops->step(be, b, logits, err);
+}
+static inline void ifl_backend_free(ifl_backend *be)
+{
+    if (be)
+        be->ops->free(be);
+}
+
+#endif

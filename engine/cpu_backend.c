@@ -1,0 +1,365 @@
+/* cpu_backend.c: the GPT-2 forward pass on the CPU behind the backend interface (backend.h).
+ *
+ * One step over a ragged batch of T tokens from S sequences:
+ *   x = wte[tok] + wpe[pos]                                   (T, C)
+ *   per layer: xn = LN1(x); qkv = xn Wqkv + b                 (T, 3C)
+ *              append k, v of every token to its sequence's KV blocks
+ *              att = causal attention of each token over its sequence's positions 0..pos
+ *              x += att Wproj + b; xn = LN2(x); ff = gelu(xn Wfc + b); x += ff Wmproj + b
+ *   xf = LNf(x[last token of each run])                        (S, C)
+ *   logits = xf lm_head^T                                      (S, V)
+ * Matrix products and attention are split across the thread pool; OpenBLAS runs single-threaded
+ * inside each pool thread so that only one set of threads ever competes for the cores.
+ *
+ * KV pool layout, f32, per block: [layer][k|v][head], where a head's K part is (D, BS) (transposed,
+ * so scores for a block are one vectorised pass per d) and its V part is (BS, D). */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#ifdef INFLIGHT_HAVE_BLAS
+#include <cblas.h>
+#endif
+
+#include "backend.h"
+#include "cpu_kernels.h"
+#include "threadpool.h"
+#include "util.h"
+
+typedef struct {
+    ifl_backend base;
+    ifl_threadpool *tp;
+    int nth;
+    int32_t L, H, D, C, F, V, P, BS;
+    float *kv;                 /* (blocks, L, 2, H, D*BS) */
+    size_t kv_bytes;
+    size_t block_floats;       /* L * 2 * H * D * BS */
+    /* run state, one allocation */
+    void *arena;
+    size_t arena_bytes;
+    float *x;                  /* (T, C) residual stream */
+    float *xn;                 /* (T, C) normalised input of a sub-layer */
+    float *qkv;                /* (T, 3C) */
+    float *att;                /* (T, C) attention output */
+    float *ff;                 /* (T, F) */
+    float *xf;                 /* (S, C) final-normalised last tokens */
+    float *scores;             /* (nth, P) attention scores, per thread */
+    float *mm_scratch;         /* (nth, mm_floats) */
+    size_t mm_floats;
+    int32_t *tok_seq;          /* (T) sequence of each token */
+    int32_t *tok_pos;          /* (T) position of each token */
+    int32_t *last_tok;         /* (S) index of each run's last token */
+    int32_t gemv_rows[3];      /* per weight dtype */
+    /* the step in flight, read by the pool's tasks */
+    const ifl_batch *batch;
+    int32_t layer;
+    int32_t n_rows;            /* rows for the LayerNorm task */
+    const float *ln_in;
+    float *ln_out;
+    const float *ln_w, *ln_b;
+    const int32_t *ln_rows;    /* row indices into ln_in, or NULL for 0..n_rows-1 */
+    ifl_matmul_args mm;
+    atomic_int next_item;
+} cpu_backend;
+
+/* ---- tasks (run on every pool thread) -------------------------------------------------------- */
+
+static void task_embed(void *ctx, int ith, int nth)
+{
+    cpu_backend *be = ctx;
+    const ifl_model *m = be->base.model;
+    int32_t C = be->C;
+    for (int32_t t = ith; t < be->batch->n_tokens; t += nth) {
+        float *x = be->x + (size_t)t * C;
+        int32_t tok = be->batch->tokens[t], pos = be->tok_pos[t];
+        size_t es = ifl_dtype_size(m->wte.dtype), ps = ifl_dtype_size(m->wpe.dtype);
+        ifl_convert_to_f32(x, m->wte.dtype, (const char *)m->wte.data + (size_t)tok * C * es, (size_t)C);
+        float *tmp = be->att + (size_t)t * C; /* att is free at this point */
+        ifl_convert_to_f32(tmp, m->wpe.dtype, (const char *)m->wpe.data + (size_t)pos * C * ps, (size_t)C);
+        for (int32_t i = 0; i < C; i++)
+            x[i] += tmp[i];
+    }
+}
+
+static void task_layernorm(void *ctx, int ith, int nth)
+{
+    cpu_backend *be = ctx;
+    float eps = (float)be->base.model->cfg.ln_eps;
+    for (int32_t r = ith; r < be->n_rows; r += nth) {
+        int32_t src = be->ln_rows ? be->ln_rows[r] : r;
+        ifl_layernorm(be->ln_out + (size_t)r * be->C, be->ln_in + (size_t)src * be->C, be->ln_w,
+                      be->ln_b, be->C, eps);
+    }
+}
+
+static void task_matmul(void *ctx, int ith, int nth)
+{
+    cpu_backend *be = ctx;
+    ifl_matmul_thread(&be->mm, ith, nth);
+}
+
+static inline float *kv_k(const cpu_backend *be, int32_t block, int32_t layer, int32_t h)
+{
+    return be->kv + (size_t)block * be->block_floats +
+           ((size_t)(layer * 2 + 0) * be->H + (size_t)h) * (size_t)be->D * be->BS;
+}
+
+static inline float *kv_v(const cpu_backend *be, int32_t block, int32_t layer, int32_t h)
+{
+    return be->kv + (size_t)block * be->block_floats +
+           ((size_t)(layer * 2 + 1) * be->H + (size_t)h) * (size_t)be->D * be->BS;
+}
+
+/* Appends k and v of every token of the step to its sequence's blocks. */
+static void task_kv_write(void *ctx, int ith, int nth)
+{
+    cpu_backend *be = ctx;
+    const ifl_batch *b = be->batch;
+    int32_t C = be->C, D = be->D, BS = be->BS;
+    for (int32_t t = ith; t < b->n_tokens; t += nth) {
+        int32_t s = be->tok_seq[t], pos = be->tok_pos[t];
+        int32_t block = b->block_tables[s][pos / BS], slot = pos % BS;
+        const float *k = be->qkv + (size_t)t * 3 * C + C;
+        const float *v = k + C;
+        for (int32_t h = 0; h < be->H; h++) {
+            float *kd = kv_k(be, block, be->layer, h);
+            float *vd = kv_v(be, block, be->layer, h) + (size_t)slot * D;
+            for (int32_t d = 0; d < D; d++)
+                kd[(size_t)d * BS + slot] = k[h * D + d];
+            memcpy(vd, v + (size_t)h * D, (size_t)D * sizeof *vd);
+        }
+    }
+}
+
+/* One (token, head) pair per item, handed out dynamically: cost grows with the position. */
+static void task_attention(void *ctx, int ith, int nth)
+{
+    (void)nth;
+    cpu_backend *be = ctx;
+    const ifl_batch *b = be->batch;
+    const ifl_config *c = &be->base.model->cfg;
+    int32_t C = be->C, D = be->D, BS = be->BS, H = be->H;
+    float scale = c->scale_attn_weights ? 1.0f / sqrtf((float)D) : 1.0f;
+    if (c->scale_attn_by_inverse_layer_idx)
+        scale /= (float)(be->layer + 1);
+    float *sc = be->scores + (size_t)ith * ((size_t)be->P + (size_t)BS);
+    int32_t n_items = b->n_tokens * H;
+    for (;;) {
+        int32_t item = atomic_fetch_add_explicit(&be->next_item, 1, memory_order_relaxed);
+        if (item >= n_items)
+            break;
+        int32_t t = item / H, h = item % H;
+        int32_t s = be->tok_seq[t], n = be->tok_pos[t] + 1;
+        const float *q = be->qkv + (size_t)t * 3 * C + (size_t)h * D;
+        const int32_t *table = b->block_tables[s];
+        int32_t nblk = (n + BS - 1) / BS;
+        for (int32_t j = 0; j < nblk; j++) {
+            const float *kt = kv_k(be, table[j], be->layer, h);
+            float *o = sc + (size_t)j * BS;
+            for (int32_t sl = 0; sl < BS; sl++)
+                o[sl] = 0;
+            for (int32_t d = 0; d < D; d++) {
+                float qd = q[d];
+                const float *kr = kt + (size_t)d * BS;
+                for (int32_t sl = 0; sl < BS; sl++)
+                    o[sl] += qd * kr[sl];
+            }
+        }
+        for (int32_t i = 0; i < n; i++)
+            sc[i] *= scale;
+        ifl_softmax(sc, n);
+        float *out = be->att + (size_t)t * C + (size_t)h * D;
+        for (int32_t d = 0; d < D; d++)
+            out[d] = 0;
+        for (int32_t j = 0; j < nblk; j++) {
+            const float *vb = kv_v(be, table[j], be->layer, h);
+            int32_t cnt = n - j * BS < BS ? n - j * BS : BS;
+            for (int32_t sl = 0; sl < cnt; sl++) {
+                float p = sc[j * BS + sl];
+                const float *vr = vb + (size_t)sl * D;
+                for (int32_t d = 0; d < D; d++)
+                    out[d] += p * vr[d];
+            }
+        }
+    }
+}
+
+/* ---- the step -------------------------------------------------------------------------------- */
+
+static void run_layernorm(cpu_backend *be, float *out, const float *in, const float *w,
+                          const float *bias, int32_t n_rows, const int32_t *rows)
+{
+    be->ln_out = out;
+    be->ln_in = in;
+    be->ln_w = w;
+    be->ln_b = bias;
+    be->n_rows = n_rows;
+    be->ln_rows = rows;
+    if (n_rows <= 4)
+        task_layernorm(be, 0, 1);
+    else
+        ifl_threadpool_run(be->tp, task_layernorm, be);
+}
+
+static void run_matmul(cpu_backend *be, float *y, const float *x, int32_t M, const ifl_mat *W,
+                       int w_is_nk, const float *bias, int accumulate, ifl_act act)
+{
+    be->mm = (ifl_matmul_args){
+        .y = y, .x = x, .M = M, .W = W, .w_is_nk = w_is_nk, .bias = bias,
+        .accumulate = accumulate, .act = act, .scratch = be->mm_scratch,
+        .scratch_floats = be->mm_floats, .gemv_max_rows = be->gemv_rows[W->dtype],
+    };
+    ifl_threadpool_run(be->tp, task_matmul, be);
+}
+
+static int cpu_step(ifl_backend *base, const ifl_batch *b, float *logits, ifl_err *err)
+{
+    cpu_backend *be = (cpu_backend *)base;
+    const ifl_model *m = base->model;
+    if (ifl_batch_validate(base, b, err))
+        return -1;
+    int32_t T = b->n_tokens, S = b->n_seqs;
+    for (int32_t s = 0; s < S; s++) {
+        for (int32_t i = b->run_start[s]; i < b->run_start[s + 1]; i++) {
+            be->tok_seq[i] = s;
+            be->tok_pos[i] = b->pos0[s] + (i - b->run_start[s]);
+        }
+        be->last_tok[s] = b->run_start[s + 1] - 1;
+    }
+    be->batch = b;
+    ifl_act act = m->cfg.gelu == IFL_GELU_ERF ? IFL_ACT_GELU_ERF : IFL_ACT_GELU_TANH;
+
+    ifl_threadpool_run(be->tp, task_embed, be);
+    for (int32_t l = 0; l < be->L; l++) {
+        const ifl_layer *ly = &m->layers[l];
+        be->layer = l;
+        run_layernorm(be, be->xn, be->x, ly->ln1_w, ly->ln1_b, T, NULL);
+        run_matmul(be, be->qkv, be->xn, T, &ly->qkv_w, 0, ly->qkv_b, 0, IFL_ACT_NONE);
+        ifl_threadpool_run(be->tp, task_kv_write, be);
+        atomic_store(&be->next_item, 0);
+        ifl_threadpool_run(be->tp, task_attention, be);
+        run_matmul(be, be->x, be->att, T, &ly->attn_proj_w, 0, ly->attn_proj_b, 1, IFL_ACT_NONE);
+        run_layernorm(be, be->xn, be->x, ly->ln2_w, ly->ln2_b, T, NULL);
+        run_matmul(be, be->ff, be->xn, T, &ly->fc_w, 0, ly->fc_b, 0, act);
+        run_matmul(be, be->x, be->ff, T, &ly->mlp_proj_w, 0, ly->mlp_proj_b, 1, IFL_ACT_NONE);
+    }
+    run_layernorm(be, be->xf, be->x, m->lnf_w, m->lnf_b, S, be->last_tok);
+    run_matmul(be, logits, be->xf, S, &m->lm_head, 1, NULL, 0, IFL_ACT_NONE);
+    be->batch = NULL;
+    return 0;
+}
+
+static void cpu_free(ifl_backend *base)
+{
+    cpu_backend *be = (cpu_backend *)base;
+    if (!be)
+        return;
+    ifl_threadpool_free(be->tp);
+    if (be->kv)
+        munmap(be->kv, be->kv_bytes);
+    free(be->arena);
+    free(be);
+}
+
+static void cpu_describe(const ifl_backend *base, char *buf, int cap)
+{
+    const cpu_backend *be = (const cpu_backend *)base;
+    snprintf(buf, (size_t)cap,
+             "cpu: %d threads, %s, weights %s, KV pool %d blocks x %d tokens (%.0f MiB)", be->nth,
+#ifdef INFLIGHT_HAVE_BLAS
+             "OpenBLAS",
+#else
+             "no BLAS",
+#endif
+             ifl_model_dtype_name(base->model), base->params.kv_blocks, base->params.kv_block_size,
+             (double)be->kv_bytes / (1024.0 * 1024.0));
+}
+
+static const ifl_backend_ops cpu_ops = {
+    .name = "cpu",
+    .free = cpu_free,
+    .step = cpu_step,
+    .describe = cpu_describe,
+};
+
+ifl_backend *ifl_cpu_backend_new(const ifl_model *m, const ifl_backend_params *params, ifl_err *err)
+{
+    cpu_backend *be = calloc(1, sizeof *be);
+    if (!be) {
+        ifl_err_set(err, "out of memory");
+        return NULL;
+    }
+    be->base.ops = &cpu_ops;
+    be->base.model = m;
+    be->base.params = *params;
+    ifl_backend_params_fill(&be->base.params, m, 2048);
+    const ifl_backend_params *p = &be->base.params;
+    const ifl_config *c = &m->cfg;
+    be->L = c->n_layer;
+    be->H = c->n_head;
+    be->C = c->n_embd;
+    be->D = c->n_embd / c->n_head;
+    be->F = c->n_inner ? c->n_inner : 4 * c->n_embd;
+    be->V = c->n_vocab;
+    be->P = c->n_ctx;
+    be->BS = p->kv_block_size;
+    be->nth = p->n_threads > 0 ? p->n_threads : ifl_n_cores();
+    for (int d = 0; d < 3; d++)
+        be->gemv_rows[d] = ifl_matmul_default_gemv_rows((ifl_dtype)d);
+
+#ifdef INFLIGHT_HAVE_BLAS
+    openblas_set_num_threads(1); /* our pool provides the parallelism */
+#endif
+    be->block_floats = (size_t)be->L * 2 * be->H * be->D * be->BS;
+    be->kv_bytes = (size_t)p->kv_blocks * be->block_floats * sizeof(float);
+    void *kv = mmap(NULL, be->kv_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (kv == MAP_FAILED) {
+        ifl_err_set(err, "cannot allocate the KV pool: %d blocks, %.1f MiB", p->kv_blocks,
+                    (double)be->kv_bytes / (1024.0 * 1024.0));
+        goto fail;
+    }
+    be->kv = kv;
+
+    size_t T = (size_t)p->max_tokens, S = (size_t)p->max_seqs, C = (size_t)be->C;
+    int32_t max_k = be->F > be->C ? be->F : be->C;
+    be->mm_floats = ifl_matmul_scratch_floats(max_k);
+    size_t n_scores = (size_t)be->nth * ((size_t)be->P + (size_t)be->BS);
+    size_t floats[] = {T * C, T * C, T * 3 * C, T * C, T * (size_t)be->F, S * C, n_scores,
+                       (size_t)be->nth * be->mm_floats};
+    size_t ints = 2 * T + S;
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++)
+        total += (floats[i] + 16) * sizeof(float);
+    total += ints * sizeof(int32_t) + 64;
+    be->arena = aligned_alloc(64, (total + 63) & ~(size_t)63);
+    if (!be->arena) {
+        ifl_err_set(err, "cannot allocate %.1f MiB of activations", (double)total / (1024.0 * 1024.0));
+        goto fail;
+    }
+    memset(be->arena, 0, (total + 63) & ~(size_t)63);
+    be->arena_bytes = total;
+    float *f = be->arena;
+    float **dst[] = {&be->x, &be->xn, &be->qkv, &be->att, &be->ff, &be->xf, &be->scores,
+                     &be->mm_scratch};
+    for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++) {
+        *dst[i] = f;
+        f += (floats[i] + 15) / 16 * 16 + 16;
+    }
+    int32_t *ip = (int32_t *)f;
+    be->tok_seq = ip;
+    be->tok_pos = ip + T;
+    be->last_tok = ip + 2 * T;
+
+    be->tp = ifl_threadpool_new(be->nth);
+    if (!be->tp) {
+        ifl_err_set(err, "cannot start %d threads", be->nth);
+        goto fail;
+    }
+    return &be->base;
+fail:
+    cpu_free(&be->base);
+    return NULL;
+}

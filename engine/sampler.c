@@ -1,0 +1,165 @@
+/* sampler.c: greedy / temperature / top-k / top-p sampling (see sampler.h).
+ *
+ * top-k: quickselect of the k best logits. top-p: the nucleus is the shortest prefix, best first,
+ * whose probability reaches top_p; to avoid sorting the whole vocabulary, a threshold pass first
+ * keeps only probabilities >= tau, lowering tau until the kept mass alone reaches top_p (then the
+ * nucleus lies inside the kept set), and sorts just those. */
+#include "sampler.h"
+
+#include <math.h>
+#include "cpu_kernels.h"
+#include <stdlib.h>
+#include <string.h>
+
+int ifl_sampler_init(ifl_sampler *s, int32_t n_vocab, ifl_err *err)
+{
+    memset(s, 0, sizeof *s);
+    s->n_vocab = n_vocab;
+    s->cand = malloc((size_t)n_vocab * sizeof *s->cand);
+    s->tmp = malloc((size_t)n_vocab * sizeof *s->tmp);
+    if (!s->cand || !s->tmp) {
+        ifl_sampler_free(s);
+        return ifl_err_set(err, "sampler: out of memory for %d candidates", n_vocab);
+    }
+    return 0;
+}
+
+void ifl_sampler_free(ifl_sampler *s)
+{
+    free(s->cand);
+    free(s->tmp);
+    memset(s, 0, sizeof *s);
+}
+
+int ifl_sampling_validate(const ifl_sampling *p, ifl_err *err)
+{
+    if (!(p->temperature >= 0.0f && p->temperature <= 100.0f))
+        return ifl_err_set(err, "temperature %g is outside [0, 100]", (double)p->temperature);
+    if (p->top_k < 0)
+        return ifl_err_set(err, "top_k %d is negative", p->top_k);
+    if (!(p->top_p > 0.0f && p->top_p <= 1.0f))
+        return ifl_err_set(err, "top_p %g is outside (0, 1]", (double)p->top_p);
+    return 0;
+}
+
+/* Best first: higher value, then lower id. */
+static inline int better(const ifl_sample_cand *a, const ifl_sample_cand *b)
+{
+    return a->p > b->p || (a->p == b->p && a->id < b->id);
+}
+
+static int cmp_cand(const void *pa, const void *pb)
+{
+    const ifl_sample_cand *a = pa, *b = pb;
+    return better(a, b) ? -1 : better(b, a) ? 1 : 0;
+}
+
+/* Moves the k best of c[0..n) to the front, in any order. */
+static void select_top(ifl_sample_cand *c, int32_t n, int32_t k)
+{
+    int32_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        ifl_sample_cand pivot = c[lo + (hi - lo) / 2];
+        int32_t i = lo, j = hi;
+        while (i <= j) {
+            while (better(&c[i], &pivot))
+                i++;
+            while (better(&pivot, &c[j]))
+                j--;
+            if (i <= j) {
+                ifl_sample_cand t = c[i];
+                c[i] = c[j];
+                c[j] = t;
+                i++;
+                j--;
+            }
+        }
+        if (k - 1 <= j)
+            hi = j;
+        else if (k - 1 >= i)
+            lo = i;
+        else
+            break;
+    }
+}
+
+int32_t ifl_sample(ifl_sampler *s, const float *logits, const ifl_sampling *p, ifl_rng *rng)
+{
+    int32_t V = s->n_vocab;
+    if (p->temperature <= 0.0f || p->top_k == 1) {
+        int32_t best = 0;
+        for (int32_t i = 1; i < V; i++)
+            if (logits[i] > logits[best])
+                best = i;
+        return best;
+    }
+    ifl_sample_cand *c = s->cand;
+    float inv_t = 1.0f / p->temperature;
+    int32_t n = V;
+    double total = 0;
+    if (p->top_k > 0 && p->top_k < V) {
+        for (int32_t i = 0; i < V; i++)
+            c[i] = (ifl_sample_cand){logits[i], i};
+        select_top(c, V, p->top_k);
+        n = p->top_k;
+        float mx = -INFINITY;
+        for (int32_t i = 0; i < n; i++)
+            mx = fmaxf(mx, c[i].p);
+        for (int32_t i = 0; i < n; i++)
+            s->tmp[i] = (c[i].p - mx) * inv_t;
+        ifl_exp(s->tmp, s->tmp, (size_t)n);
+        for (int32_t i = 0; i < n; i++) {
+            c[i].p = s->tmp[i];
+            total += c[i].p;
+        }
+    } else {
+        float mx = -INFINITY;
+        for (int32_t i = 0; i < V; i++)
+            mx = fmaxf(mx, logits[i]);
+        for (int32_t i = 0; i < V; i++)
+            s->tmp[i] = (logits[i] - mx) * inv_t;
+        ifl_exp(s->tmp, s->tmp, (size_t)V);
+        for (int32_t i = 0; i < V; i++) {
+            c[i] = (ifl_sample_cand){s->tmp[i], i};
+            total += s->tmp[i];
+        }
+    }
+    if (p->top_p < 1.0f) {
+        double want = (double)p->top_p * total;
+        if (n > 256) {
+            float tau = 0.5f; /* the best candidate has p = 1 */
+            for (;;) {
+                double mass = 0;
+                for (int32_t i = 0; i < n; i++)
+                    if (c[i].p >= tau)
+                        mass += c[i].p;
+                if (mass >= want || tau == 0.0f)
+                    break;
+                tau = tau < 1e-30f ? 0.0f : tau * (1.0f / 16);
+            }
+            int32_t m = 0;
+            for (int32_t i = 0; i < n; i++)
+                if (c[i].p >= tau)
+                    c[m++] = c[i];
+            n = m;
+        }
+        qsort(c, (size_t)n, sizeof *c, cmp_cand);
+        double cum = 0;
+        int32_t keep = 0;
+        while (keep < n) {
+            cum += c[keep].p;
+            keep++;
+            if (cum >= want)
+                break;
+        }
+        n = keep;
+        total = cum;
+    }
+    double u = ifl_rng_uniform(rng) * total, cum = 0;
+    for (int32_t i = 0; i < n; i++) {
+        cum += c[i].p;
+        if (u < cum)
+            return c[i].id;
+    }
+    return c[n - 1].id;
+}

@@ -1,0 +1,40 @@
+/* sampler.h: choosing the next token from a row of logits: greedy, temperature, top-k, top-p.
+ *
+ * Randomness comes only from the caller's ifl_rng, one per request, so a seeded request draws the
+ * same numbers however it is batched. Ties are broken by the lower token id, so results do not
+ * depend on sort stability. An ifl_sampler holds scratch for one thread. */
+#ifndef IFL_SAMPLER_H
+#define IFL_SAMPLER_H
+
+#include <stdint.h>
+
+#include "error.h"
+#include "rng.h"
+
+typedef struct {
+    float temperature;   /* 0: greedy (argmax) */
+    int32_t top_k;       /* 0: no limit */
+    float top_p;         /* 1: no limit; (0, 1] */
+} ifl_sampling;
+
+typedef struct {
+    float p;             /* logit, then probability */
+    int32_t id;
+} ifl_sample_cand;
+
+typedef struct {
+    int32_t n_vocab;
+    ifl_sample_cand *cand;   /* (V) */
+    float *tmp;              /* (V) */
+} ifl_sampler;
+
+int ifl_sampler_init(ifl_sampler *s, int32_t n_vocab, ifl_err *err);
+void ifl_sampler_free(ifl_sampler *s);
+
+/* Checks ranges: temperature in [0, 100], top_k >= 0, top_p in (0, 1]. */
+int ifl_sampling_validate(const ifl_sampling *p, ifl_err *err);
+
+/* Picks a token from logits (V). Greedy draws no random number; every other mode draws one. */
+int32_t ifl_sample(ifl_sampler *s, const float *logits, const ifl_sampling *p, ifl_rng *rng);
+
+#endif
