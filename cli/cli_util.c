@@ -13,7 +13,8 @@ int cli_i32(const char *cmd, const char *opt, const char *s, int32_t lo, int32_t
     errno = 0;
     long long v = strtoll(s, &end, 10);
     if (errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "inflight %s: %s: '%s' is not an integer in [%d, %d]\n", cmd, opt, s, lo, hi);
+        fprintf(stderr, "inflight %s: %s: '%s' is not an integer in [%d, %d]\n", cmd, opt, s, lo,
+                hi);
         return -1;
     }
     *out = (int32_t)v;
@@ -59,7 +60,8 @@ int cli_weights(const char *cmd, const char *s, ifl_model_opts *o)
         return 0;
     }
     if (ifl_dtype_parse(s, &o->dtype)) {
-        fprintf(stderr, "inflight %s: --weights: '%s' is not one of f32, f16, bf16, auto\n", cmd, s);
+        fprintf(stderr, "inflight %s: --weights: '%s' is not one of f32, f16, bf16, auto\n", cmd,
+                s);
         return -1;
     }
     o->convert = 1;

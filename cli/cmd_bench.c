@@ -108,9 +108,13 @@ static int bench_decode(ifl_backend *be, int32_t B, int32_t steps, double *sec_p
             run_start[i] = i * BENCH_PROMPT;
         for (int32_t i = 0; i < n; i++)
             pos0[i] = 0;
-        ifl_batch b = {.n_seqs = n, .n_tokens = n * BENCH_PROMPT,
-                       .tokens = tokens + s0 * BENCH_PROMPT, .run_start = run_start,
-                       .pos0 = pos0, .block_tables = tables + s0, .n_blocks = nblk + s0};
+        ifl_batch b = {.n_seqs = n,
+                       .n_tokens = n * BENCH_PROMPT,
+                       .tokens = tokens + s0 * BENCH_PROMPT,
+                       .run_start = run_start,
+                       .pos0 = pos0,
+                       .block_tables = tables + s0,
+                       .n_blocks = nblk + s0};
         if (ifl_backend_step(be, &b, logits + (size_t)s0 * c->n_vocab, err))
             goto out;
         s0 += n;
@@ -126,8 +130,13 @@ static int bench_decode(ifl_backend *be, int32_t B, int32_t steps, double *sec_p
             pos0[s] = pos;
         }
         run_start[B] = B;
-        ifl_batch b = {.n_seqs = B, .n_tokens = B, .tokens = tokens, .run_start = run_start,
-                       .pos0 = pos0, .block_tables = tables, .n_blocks = nblk};
+        ifl_batch b = {.n_seqs = B,
+                       .n_tokens = B,
+                       .tokens = tokens,
+                       .run_start = run_start,
+                       .pos0 = pos0,
+                       .block_tables = tables,
+                       .n_blocks = nblk};
         if (ifl_backend_step(be, &b, logits, err))
             goto out;
         pos++;
@@ -178,8 +187,13 @@ static int bench_prefill(ifl_backend *be, int32_t P, int32_t repeat, double *med
             int32_t len = P - pos < be->params.max_tokens ? P - pos : be->params.max_tokens;
             int32_t rs[2] = {0, len};
             const int32_t *tables[1] = {seq.blocks};
-            ifl_batch b = {.n_seqs = 1, .n_tokens = len, .tokens = tokens + pos, .run_start = rs,
-                           .pos0 = &pos, .block_tables = tables, .n_blocks = &seq.n_blocks};
+            ifl_batch b = {.n_seqs = 1,
+                           .n_tokens = len,
+                           .tokens = tokens + pos,
+                           .run_start = rs,
+                           .pos0 = &pos,
+                           .block_tables = tables,
+                           .n_blocks = &seq.n_blocks};
             if (ifl_backend_step(be, &b, logits, err))
                 goto out;
             pos += len;
@@ -220,11 +234,26 @@ int cmd_bench(int argc, char **argv)
         switch (c) {
         case 'e': engine = 1; break;
         case 'm': dir = optarg; break;
-        case 'w': if (cli_weights(cmd, optarg, &mo)) return 2; break;
-        case 'T': if (cli_i32(cmd, "--threads", optarg, 1, 1024, &threads)) return 2; break;
-        case 's': if (cli_i32(cmd, "--steps", optarg, 1, 100000, &steps)) return 2; break;
-        case 'p': if (cli_i32(cmd, "--prefill", optarg, 0, 1 << 20, &prefill)) return 2; break;
-        case 'r': if (cli_i32(cmd, "--repeat", optarg, 1, 1000, &repeat)) return 2; break;
+        case 'w':
+            if (cli_weights(cmd, optarg, &mo))
+                return 2;
+            break;
+        case 'T':
+            if (cli_i32(cmd, "--threads", optarg, 1, 1024, &threads))
+                return 2;
+            break;
+        case 's':
+            if (cli_i32(cmd, "--steps", optarg, 1, 100000, &steps))
+                return 2;
+            break;
+        case 'p':
+            if (cli_i32(cmd, "--prefill", optarg, 0, 1 << 20, &prefill))
+                return 2;
+            break;
+        case 'r':
+            if (cli_i32(cmd, "--repeat", optarg, 1, 1000, &repeat))
+                return 2;
+            break;
         case 'b': {
             n_batches = 0;
             char *list = strdup(optarg), *save = NULL;
@@ -279,9 +308,11 @@ int cmd_bench(int argc, char **argv)
     int32_t blocks = blocks_per_seq * max_b;
     int32_t pre_blocks = (prefill + 15) / 16;
     ifl_backend_params bp = {
-        .n_threads = threads, .kv_block_size = 16,
+        .n_threads = threads,
+        .kv_block_size = 16,
         .kv_blocks = blocks > pre_blocks ? blocks : pre_blocks,
-        .max_seqs = max_b, .max_tokens = 512 > max_b ? 512 : max_b,
+        .max_seqs = max_b,
+        .max_tokens = 512 > max_b ? 512 : max_b,
     };
     be = ifl_cpu_backend_new(&model, &bp, &err);
     if (!be) {

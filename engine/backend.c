@@ -41,20 +41,23 @@ int ifl_batch_validate(const ifl_backend *be, const ifl_batch *b, ifl_err *err)
         if (len < 1)
             return ifl_err_set(err, "batch: sequence %d has an empty run", s);
         if (b->pos0[s] < 0 || b->pos0[s] + len > c->n_ctx)
-            return ifl_err_set(err, "batch: sequence %d covers positions [%d, %d), outside the %d-token context",
-                               s, b->pos0[s], b->pos0[s] + len, c->n_ctx);
+            return ifl_err_set(
+                err, "batch: sequence %d covers positions [%d, %d), outside the %d-token context",
+                s, b->pos0[s], b->pos0[s] + len, c->n_ctx);
         int32_t need = (b->pos0[s] + len + p->kv_block_size - 1) / p->kv_block_size;
         if (b->n_blocks[s] < need)
             return ifl_err_set(err, "batch: sequence %d has %d KV blocks, needs %d for position %d",
                                s, b->n_blocks[s], need, b->pos0[s] + len - 1);
         for (int32_t j = 0; j < need; j++)
             if (b->block_tables[s][j] < 0 || b->block_tables[s][j] >= p->kv_blocks)
-                return ifl_err_set(err, "batch: sequence %d block %d is %d, outside the pool [0, %d)",
-                                   s, j, b->block_tables[s][j], p->kv_blocks);
+                return ifl_err_set(err,
+                                   "batch: sequence %d block %d is %d, outside the pool [0, %d)", s,
+                                   j, b->block_tables[s][j], p->kv_blocks);
         for (int32_t i = b->run_start[s]; i < b->run_start[s + 1]; i++)
             if (b->tokens[i] < 0 || b->tokens[i] >= c->n_vocab)
-                return ifl_err_set(err, "batch: token %d (sequence %d) is %d, outside the vocabulary [0, %d)",
-                                   i, s, b->tokens[i], c->n_vocab);
+                return ifl_err_set(
+                    err, "batch: token %d (sequence %d) is %d, outside the vocabulary [0, %d)", i,
+                    s, b->tokens[i], c->n_vocab);
     }
     return 0;
 }

@@ -15,21 +15,21 @@
 #include "model.h"
 
 typedef struct {
-    int32_t n_seqs;                     /* S */
-    int32_t n_tokens;                   /* T = sum of run lengths */
-    const int32_t *tokens;              /* (T) the runs back to back */
-    const int32_t *run_start;           /* (S + 1) run s is tokens[run_start[s] .. run_start[s+1]) */
-    const int32_t *pos0;                /* (S) position of the first token of run s */
+    int32_t n_seqs;           /* S */
+    int32_t n_tokens;         /* T = sum of run lengths */
+    const int32_t *tokens;    /* (T) the runs back to back */
+    const int32_t *run_start; /* (S + 1) run s is tokens[run_start[s] .. run_start[s+1]) */
+    const int32_t *pos0;      /* (S) position of the first token of run s */
     const int32_t *const *block_tables; /* (S) KV block ids of sequence s, in position order */
     const int32_t *n_blocks;            /* (S) length of each block table */
 } ifl_batch;
 
 typedef struct {
-    int32_t n_threads;      /* CPU threads; 0 = one per core */
-    int32_t kv_blocks;      /* blocks in the KV pool */
-    int32_t kv_block_size;  /* tokens per block */
-    int32_t max_tokens;     /* most tokens in one step (T) */
-    int32_t max_seqs;       /* most sequences in one step (S) */
+    int32_t n_threads;     /* CPU threads; 0 = one per core */
+    int32_t kv_blocks;     /* blocks in the KV pool */
+    int32_t kv_block_size; /* tokens per block */
+    int32_t max_tokens;    /* most tokens in one step (T) */
+    int32_t max_seqs;      /* most sequences in one step (S) */
 } ifl_backend_params;
 
 typedef struct ifl_backend ifl_backend;
@@ -46,7 +46,7 @@ typedef struct {
 struct ifl_backend {
     const ifl_backend_ops *ops;
     const ifl_model *model;
-    ifl_backend_params params;          /* as granted (defaults filled in) */
+    ifl_backend_params params; /* as granted (defaults filled in) */
 };
 
 /* Fills zero fields with defaults that fit the model: 16-token blocks, enough blocks for

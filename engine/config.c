@@ -28,7 +28,8 @@ void ifl_config_default(ifl_config *c)
     c->eos_token_id = 50256;
 }
 
-/* Reads an optional integer field. Returns 0 if absent or valid, -1 (with err) if present and bad. */
+/* Reads an optional integer field. Returns 0 if absent or valid, -1 (with err) if present and bad.
+ */
 static int get_int(const cJSON *root, const char *key, int32_t *out, int *present, const char *path,
                    ifl_err *err)
 {
@@ -81,7 +82,8 @@ int ifl_config_load(ifl_config *c, const char *path, ifl_err *err)
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
     if (mt && !(cJSON_IsString(mt) && !strcmp(mt->valuestring, "gpt2"))) {
         ifl_err_set(err, "%s: field \"model_type\" is %s%s%s, expected \"gpt2\"", path,
-                    cJSON_IsString(mt) ? "\"" : "", cJSON_IsString(mt) ? mt->valuestring : "not a string",
+                    cJSON_IsString(mt) ? "\"" : "",
+                    cJSON_IsString(mt) ? mt->valuestring : "not a string",
                     cJSON_IsString(mt) ? "\"" : "");
         goto out;
     }
@@ -98,14 +100,18 @@ int ifl_config_load(ifl_config *c, const char *path, ifl_err *err)
         get_int(root, "bos_token_id", &c->bos_token_id, NULL, path, err) ||
         get_int(root, "eos_token_id", &c->eos_token_id, &have, path, err) ||
         get_bool(root, "scale_attn_weights", &c->scale_attn_weights, path, err) ||
-        get_bool(root, "scale_attn_by_inverse_layer_idx", &c->scale_attn_by_inverse_layer_idx,
-                 path, err) ||
+        get_bool(root, "scale_attn_by_inverse_layer_idx", &c->scale_attn_by_inverse_layer_idx, path,
+                 err) ||
         get_bool(root, "tie_word_embeddings", &c->tie_word_embeddings, path, err))
         goto out;
     if (!have_pos && have_ctx)
         c->n_ctx = n_ctx_legacy;
-    const char *missing = !c->n_layer ? "n_layer" : !c->n_head ? "n_head" : !c->n_embd ? "n_embd"
-                          : !c->n_ctx ? "n_positions" : !c->n_vocab ? "vocab_size" : NULL;
+    const char *missing = !c->n_layer   ? "n_layer"
+                          : !c->n_head  ? "n_head"
+                          : !c->n_embd  ? "n_embd"
+                          : !c->n_ctx   ? "n_positions"
+                          : !c->n_vocab ? "vocab_size"
+                                        : NULL;
     if (missing) {
         ifl_err_set(err, "%s: required field \"%s\" is missing or zero", path, missing);
         goto out;
@@ -158,9 +164,9 @@ int ifl_config_validate(const ifl_config *c, const char *what, ifl_err *err)
         const char *name;
         int32_t v, lo, hi;
     } f[] = {
-        {"n_layer", c->n_layer, 1, 512},         {"n_head", c->n_head, 1, 1024},
-        {"n_embd", c->n_embd, 1, 65536},         {"n_positions", c->n_ctx, 1, 1 << 20},
-        {"vocab_size", c->n_vocab, 1, 1 << 24},  {"n_inner", c->n_inner, 0, 1 << 20},
+        {"n_layer", c->n_layer, 1, 512},        {"n_head", c->n_head, 1, 1024},
+        {"n_embd", c->n_embd, 1, 65536},        {"n_positions", c->n_ctx, 1, 1 << 20},
+        {"vocab_size", c->n_vocab, 1, 1 << 24}, {"n_inner", c->n_inner, 0, 1 << 20},
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         if (f[i].v < f[i].lo || f[i].v > f[i].hi)

@@ -15,13 +15,13 @@ typedef enum {
 } ifl_gelu;
 
 typedef struct {
-    int32_t n_layer;   /* L */
-    int32_t n_head;    /* H */
-    int32_t n_embd;    /* C */
-    int32_t n_inner;   /* F (config n_inner, null means 4C) */
-    int32_t n_ctx;     /* P (n_positions) */
-    int32_t n_vocab;   /* V (vocab_size) */
-    double ln_eps;     /* layer_norm_epsilon */
+    int32_t n_layer; /* L */
+    int32_t n_head;  /* H */
+    int32_t n_embd;  /* C */
+    int32_t n_inner; /* F (config n_inner, null means 4C) */
+    int32_t n_ctx;   /* P (n_positions) */
+    int32_t n_vocab; /* V (vocab_size) */
+    double ln_eps;   /* layer_norm_epsilon */
     ifl_gelu gelu;
     int scale_attn_weights;              /* 1: scores / sqrt(D) */
     int scale_attn_by_inverse_layer_idx; /* 1: scores also / (layer + 1) */

@@ -29,40 +29,50 @@
 #include "threadpool.h"
 #include "util.h"
 
+enum { PH_EMBED, PH_LN, PH_QKV, PH_KV, PH_ATTN, PH_PROJ, PH_FC, PH_MPROJ, PH_HEAD, PH_COUNT };
+static const char *const phase_names[PH_COUNT] = {"embed",    "layernorm", "qkv",
+                                                  "kv-write", "attention", "attn-proj",
+                                                  "fc+gelu",  "mlp-proj",  "lm_head"};
+
 typedef struct {
     ifl_backend base;
     ifl_threadpool *tp;
     int nth;
     int32_t L, H, D, C, F, V, P, BS;
-    float *kv;                 /* (blocks, L, 2, H, D*BS) */
+    float *kv; /* (blocks, L, 2, H, D*BS) */
     size_t kv_bytes;
-    size_t block_floats;       /* L * 2 * H * D * BS */
+    size_t block_floats; /* L * 2 * H * D * BS */
     /* run state, one allocation */
     void *arena;
     size_t arena_bytes;
-    float *x;                  /* (T, C) residual stream */
-    float *xn;                 /* (T, C) normalised input of a sub-layer */
-    float *qkv;                /* (T, 3C) */
-    float *att;                /* (T, C) attention output */
-    float *ff;                 /* (T, F) */
-    float *xf;                 /* (S, C) final-normalised last tokens */
-    float *scores;             /* (nth, P) attention scores, per thread */
-    float *mm_scratch;         /* (nth, mm_floats) */
+    float *x;          /* (T, C) residual stream */
+    float *xn;         /* (T, C) normalised input of a sub-layer */
+    float *qkv;        /* (T, 3C) */
+    float *att;        /* (T, C) attention output */
+    float *ff;         /* (T, F) */
+    float *xf;         /* (S, C) final-normalised last tokens */
+    float *scores;     /* (nth, P) attention scores, per thread */
+    float *mm_scratch; /* (nth, mm_floats) */
     size_t mm_floats;
-    int32_t *tok_seq;          /* (T) sequence of each token */
-    int32_t *tok_pos;          /* (T) position of each token */
-    int32_t *last_tok;         /* (S) index of each run's last token */
-    int32_t gemv_rows[3];      /* per weight dtype */
+    int32_t mm_max_k, mm_max_n, mm_max_m;
+    int32_t *tok_seq;     /* (T) sequence of each token */
+    int32_t *tok_pos;     /* (T) position of each token */
+    int32_t *last_tok;    /* (S) index of each run's last token */
+    int32_t gemv_rows[3]; /* per weight dtype */
     /* the step in flight, read by the pool's tasks */
     const ifl_batch *batch;
     int32_t layer;
-    int32_t n_rows;            /* rows for the LayerNorm task */
+    int32_t n_rows; /* rows for the LayerNorm task */
     const float *ln_in;
     float *ln_out;
     const float *ln_w, *ln_b;
-    const int32_t *ln_rows;    /* row indices into ln_in, or NULL for 0..n_rows-1 */
+    const int32_t *ln_rows; /* row indices into ln_in, or NULL for 0..n_rows-1 */
     ifl_matmul_args mm;
     atomic_int next_item;
+    /* IFL_PROFILE=1 in the environment: seconds per phase, printed when the backend is freed */
+    int profile;
+    double prof[PH_COUNT];
+    int64_t prof_steps;
 } cpu_backend;
 
 /* ---- tasks (run on every pool thread) -------------------------------------------------------- */
@@ -76,9 +86,11 @@ static void task_embed(void *ctx, int ith, int nth)
         float *x = be->x + (size_t)t * C;
         int32_t tok = be->batch->tokens[t], pos = be->tok_pos[t];
         size_t es = ifl_dtype_size(m->wte.dtype), ps = ifl_dtype_size(m->wpe.dtype);
-        ifl_convert_to_f32(x, m->wte.dtype, (const char *)m->wte.data + (size_t)tok * C * es, (size_t)C);
+        ifl_convert_to_f32(x, m->wte.dtype, (const char *)m->wte.data + (size_t)tok * C * es,
+                           (size_t)C);
         float *tmp = be->att + (size_t)t * C; /* att is free at this point */
-        ifl_convert_to_f32(tmp, m->wpe.dtype, (const char *)m->wpe.data + (size_t)pos * C * ps, (size_t)C);
+        ifl_convert_to_f32(tmp, m->wpe.dtype, (const char *)m->wpe.data + (size_t)pos * C * ps,
+                           (size_t)C);
         for (int32_t i = 0; i < C; i++)
             x[i] += tmp[i];
     }
@@ -99,6 +111,12 @@ static void task_matmul(void *ctx, int ith, int nth)
 {
     cpu_backend *be = ctx;
     ifl_matmul_thread(&be->mm, ith, nth);
+}
+
+static void task_matmul_finish(void *ctx, int ith, int nth)
+{
+    cpu_backend *be = ctx;
+    ifl_matmul_finish_thread(&be->mm, ith, nth);
 }
 
 static inline float *kv_k(const cpu_backend *be, int32_t block, int32_t layer, int32_t h)
@@ -208,11 +226,25 @@ static void run_matmul(cpu_backend *be, float *y, const float *x, int32_t M, con
                        int w_is_nk, const float *bias, int accumulate, ifl_act act)
 {
     be->mm = (ifl_matmul_args){
-        .y = y, .x = x, .M = M, .W = W, .w_is_nk = w_is_nk, .bias = bias,
-        .accumulate = accumulate, .act = act, .scratch = be->mm_scratch,
-        .scratch_floats = be->mm_floats, .gemv_max_rows = be->gemv_rows[W->dtype],
+        .y = y,
+        .x = x,
+        .M = M,
+        .W = W,
+        .w_is_nk = w_is_nk,
+        .bias = bias,
+        .accumulate = accumulate,
+        .act = act,
+        .scratch = be->mm_scratch,
+        .scratch_floats = be->mm_floats,
+        .max_k = be->mm_max_k,
+        .max_n = be->mm_max_n,
+        .max_m = be->mm_max_m,
+        .gemv_max_rows = be->gemv_rows[W->dtype],
     };
+    ifl_matmul_plan(&be->mm);
     ifl_threadpool_run(be->tp, task_matmul, be);
+    if (ifl_matmul_needs_finish(&be->mm))
+        ifl_threadpool_run(be->tp, task_matmul_finish, be);
 }
 
 static int cpu_step(ifl_backend *base, const ifl_batch *b, float *logits, ifl_err *err)
@@ -232,22 +264,44 @@ static int cpu_step(ifl_backend *base, const ifl_batch *b, float *logits, ifl_er
     be->batch = b;
     ifl_act act = m->cfg.gelu == IFL_GELU_ERF ? IFL_ACT_GELU_ERF : IFL_ACT_GELU_TANH;
 
+    double t = be->profile ? ifl_now_s() : 0;
+#define PHASE(ph)                                                                                  \
+    do {                                                                                           \
+        if (be->profile) {                                                                         \
+            double now_ = ifl_now_s();                                                             \
+            be->prof[ph] += now_ - t;                                                              \
+            t = now_;                                                                              \
+        }                                                                                          \
+    } while (0)
     ifl_threadpool_run(be->tp, task_embed, be);
+    PHASE(PH_EMBED);
     for (int32_t l = 0; l < be->L; l++) {
         const ifl_layer *ly = &m->layers[l];
         be->layer = l;
         run_layernorm(be, be->xn, be->x, ly->ln1_w, ly->ln1_b, T, NULL);
+        PHASE(PH_LN);
         run_matmul(be, be->qkv, be->xn, T, &ly->qkv_w, 0, ly->qkv_b, 0, IFL_ACT_NONE);
+        PHASE(PH_QKV);
         ifl_threadpool_run(be->tp, task_kv_write, be);
+        PHASE(PH_KV);
         atomic_store(&be->next_item, 0);
         ifl_threadpool_run(be->tp, task_attention, be);
+        PHASE(PH_ATTN);
         run_matmul(be, be->x, be->att, T, &ly->attn_proj_w, 0, ly->attn_proj_b, 1, IFL_ACT_NONE);
+        PHASE(PH_PROJ);
         run_layernorm(be, be->xn, be->x, ly->ln2_w, ly->ln2_b, T, NULL);
+        PHASE(PH_LN);
         run_matmul(be, be->ff, be->xn, T, &ly->fc_w, 0, ly->fc_b, 0, act);
+        PHASE(PH_FC);
         run_matmul(be, be->x, be->ff, T, &ly->mlp_proj_w, 0, ly->mlp_proj_b, 1, IFL_ACT_NONE);
+        PHASE(PH_MPROJ);
     }
     run_layernorm(be, be->xf, be->x, m->lnf_w, m->lnf_b, S, be->last_tok);
+    PHASE(PH_LN);
     run_matmul(be, logits, be->xf, S, &m->lm_head, 1, NULL, 0, IFL_ACT_NONE);
+    PHASE(PH_HEAD);
+#undef PHASE
+    be->prof_steps++;
     be->batch = NULL;
     return 0;
 }
@@ -257,6 +311,16 @@ static void cpu_free(ifl_backend *base)
     cpu_backend *be = (cpu_backend *)base;
     if (!be)
         return;
+    if (be->profile && be->prof_steps) {
+        double total = 0;
+        for (int i = 0; i < PH_COUNT; i++)
+            total += be->prof[i];
+        fprintf(stderr, "cpu backend profile: %lld steps, %.3f ms/step\n",
+                (long long)be->prof_steps, total * 1e3 / (double)be->prof_steps);
+        for (int i = 0; i < PH_COUNT; i++)
+            fprintf(stderr, "  %-10s %8.3f ms/step %5.1f%%\n", phase_names[i],
+                    be->prof[i] * 1e3 / (double)be->prof_steps, 100.0 * be->prof[i] / total);
+    }
     ifl_threadpool_free(be->tp);
     if (be->kv)
         munmap(be->kv, be->kv_bytes);
@@ -307,6 +371,8 @@ ifl_backend *ifl_cpu_backend_new(const ifl_model *m, const ifl_backend_params *p
     be->P = c->n_ctx;
     be->BS = p->kv_block_size;
     be->nth = p->n_threads > 0 ? p->n_threads : ifl_n_cores();
+    const char *prof = getenv("IFL_PROFILE");
+    be->profile = prof && *prof && strcmp(prof, "0");
     for (int d = 0; d < 3; d++)
         be->gemv_rows[d] = ifl_matmul_default_gemv_rows((ifl_dtype)d);
 
@@ -324,10 +390,22 @@ ifl_backend *ifl_cpu_backend_new(const ifl_model *m, const ifl_backend_params *p
     be->kv = kv;
 
     size_t T = (size_t)p->max_tokens, S = (size_t)p->max_seqs, C = (size_t)be->C;
-    int32_t max_k = be->F > be->C ? be->F : be->C;
-    be->mm_floats = ifl_matmul_scratch_floats(max_k);
+    be->mm_max_k = be->F > be->C ? be->F : be->C;
+    be->mm_max_n = be->F > 3 * be->C ? be->F : 3 * be->C;
+    be->mm_max_m = 1;
+    for (int d = 0; d < 3; d++)
+        be->mm_max_m = be->gemv_rows[d] > be->mm_max_m ? be->gemv_rows[d] : be->mm_max_m;
+    if (be->mm_max_m > p->max_tokens)
+        be->mm_max_m = p->max_tokens;
+    be->mm_floats = ifl_matmul_scratch_floats(be->mm_max_k, be->mm_max_n, be->mm_max_m);
     size_t n_scores = (size_t)be->nth * ((size_t)be->P + (size_t)be->BS);
-    size_t floats[] = {T * C, T * C, T * 3 * C, T * C, T * (size_t)be->F, S * C, n_scores,
+    size_t floats[] = {T * C,
+                       T * C,
+                       T * 3 * C,
+                       T * C,
+                       T * (size_t)be->F,
+                       S * C,
+                       n_scores,
                        (size_t)be->nth * be->mm_floats};
     size_t ints = 2 * T + S;
     size_t total = 0;
@@ -336,14 +414,15 @@ ifl_backend *ifl_cpu_backend_new(const ifl_model *m, const ifl_backend_params *p
     total += ints * sizeof(int32_t) + 64;
     be->arena = aligned_alloc(64, (total + 63) & ~(size_t)63);
     if (!be->arena) {
-        ifl_err_set(err, "cannot allocate %.1f MiB of activations", (double)total / (1024.0 * 1024.0));
+        ifl_err_set(err, "cannot allocate %.1f MiB of activations",
+                    (double)total / (1024.0 * 1024.0));
         goto fail;
     }
     memset(be->arena, 0, (total + 63) & ~(size_t)63);
     be->arena_bytes = total;
     float *f = be->arena;
-    float **dst[] = {&be->x, &be->xn, &be->qkv, &be->att, &be->ff, &be->xf, &be->scores,
-                     &be->mm_scratch};
+    float **dst[] = {&be->x,  &be->xn, &be->qkv,    &be->att,
+                     &be->ff, &be->xf, &be->scores, &be->mm_scratch};
     for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++) {
         *dst[i] = f;
         f += (floats[i] + 15) / 16 * 16 + 16;

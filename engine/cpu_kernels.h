@@ -21,30 +21,38 @@ typedef enum {
 } ifl_act;
 
 /* y (M, N) = [y +] x (M, K) @ op(W) + bias, then act. W is (K, N) when !w_is_nk (Conv1D weights)
- * or (N, K) when w_is_nk (the embedding used as lm_head: y = x @ W^T). */
+ * or (N, K) when w_is_nk (the embedding used as lm_head: y = x @ W^T).
+ * Use: fill the fields, ifl_matmul_plan(), run ifl_matmul_thread on every thread, then, if
+ * ifl_matmul_needs_finish(), ifl_matmul_finish_thread on every thread. */
 typedef struct {
     float *y;
     const float *x;
     int32_t M;
     const ifl_mat *W;
     int w_is_nk;
-    const float *bias;          /* (N) or NULL */
-    int accumulate;             /* 1: add into y (residual) */
+    const float *bias; /* (N) or NULL */
+    int accumulate;    /* 1: add into y (residual) */
     ifl_act act;
-    float *scratch;             /* per-thread scratch, scratch_floats each */
-    size_t scratch_floats;
-    int32_t gemv_max_rows;      /* use the streaming kernel up to this many rows */
+    float *scratch;              /* per-thread scratch, scratch_floats each (64-byte aligned) */
+    size_t scratch_floats;       /* from ifl_matmul_scratch_floats(max_k, max_n, max_m) */
+    int32_t max_k, max_n, max_m; /* the limits the scratch was sized for */
+    int32_t gemv_max_rows;       /* streaming kernels up to this many rows, sgemm above */
+    int mode;                    /* set by ifl_matmul_plan */
 } ifl_matmul_args;
 
-/* Floats of per-thread scratch ifl_matmul needs for any K up to max_k. */
-size_t ifl_matmul_scratch_floats(int32_t max_k);
-/* Computes thread ith's share (a slice of the N columns). */
+/* Floats of per-thread scratch for K <= max_k, N <= max_n (of (K, N) weights) and streaming
+ * calls of up to max_m rows. */
+size_t ifl_matmul_scratch_floats(int32_t max_k, int32_t max_n, int32_t max_m);
+void ifl_matmul_plan(ifl_matmul_args *a);
 void ifl_matmul_thread(const ifl_matmul_args *a, int ith, int nth);
-/* Rows at or below which the streaming kernel beats sgemm for this dtype. */
+int ifl_matmul_needs_finish(const ifl_matmul_args *a);
+void ifl_matmul_finish_thread(const ifl_matmul_args *a, int ith, int nth);
+/* Rows at or below which the streaming kernels beat sgemm for this dtype (no BLAS: always). */
 int32_t ifl_matmul_default_gemv_rows(ifl_dtype dt);
 
 /* out (C) = LayerNorm(x (C)) * w + b. */
-void ifl_layernorm(float *out, const float *x, const float *w, const float *b, int32_t C, float eps);
+void ifl_layernorm(float *out, const float *x, const float *w, const float *b, int32_t C,
+                   float eps);
 
 /* In place on n values. */
 void ifl_gelu_tanh(float *x, size_t n);

@@ -48,8 +48,8 @@ int ifl_generate(ifl_backend *be, const int32_t *prompt, int32_t n_prompt,
     ifl_rng_seed(&rng, o->seed);
     int32_t run_start[2];
     const int32_t *tables[1] = {seq.blocks};
-    ifl_batch b = {.n_seqs = 1, .run_start = run_start, .block_tables = tables,
-                   .n_blocks = &seq.n_blocks};
+    ifl_batch b = {
+        .n_seqs = 1, .run_start = run_start, .block_tables = tables, .n_blocks = &seq.n_blocks};
     int32_t pos = 0;
     double t0 = ifl_now_s();
     while (pos < n_prompt) {

@@ -8,7 +8,8 @@ int ifl_kv_pool_init(ifl_kv_pool *p, int32_t n_blocks, int32_t block_size, ifl_e
 {
     memset(p, 0, sizeof *p);
     if (n_blocks < 1 || block_size < 1)
-        return ifl_err_set(err, "KV pool: %d blocks of %d tokens is not a pool", n_blocks, block_size);
+        return ifl_err_set(err, "KV pool: %d blocks of %d tokens is not a pool", n_blocks,
+                           block_size);
     p->free_ids = malloc((size_t)n_blocks * sizeof *p->free_ids);
     if (!p->free_ids)
         return ifl_err_set(err, "KV pool: out of memory");

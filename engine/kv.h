@@ -12,15 +12,18 @@
 #include "error.h"
 
 typedef struct {
-    int32_t n_blocks;      /* total */
-    int32_t block_size;    /* tokens per block */
-    int32_t *free_ids;     /* (n_blocks) stack of free ids */
+    int32_t n_blocks;   /* total */
+    int32_t block_size; /* tokens per block */
+    int32_t *free_ids;  /* (n_blocks) stack of free ids */
     int32_t n_free;
 } ifl_kv_pool;
 
 int ifl_kv_pool_init(ifl_kv_pool *p, int32_t n_blocks, int32_t block_size, ifl_err *err);
 void ifl_kv_pool_free(ifl_kv_pool *p);
-static inline int32_t ifl_kv_pool_used(const ifl_kv_pool *p) { return p->n_blocks - p->n_free; }
+static inline int32_t ifl_kv_pool_used(const ifl_kv_pool *p)
+{
+    return p->n_blocks - p->n_free;
+}
 /* Blocks needed to hold n_tokens positions. */
 static inline int32_t ifl_kv_blocks_for(const ifl_kv_pool *p, int32_t n_tokens)
 {

@@ -57,7 +57,8 @@ static int add_tensor(entry_list *l, const ifl_make_model_opts *o, ifl_rng *rng,
         free(f);
         free(buf);
         free(nm);
-        return ifl_err_set(err, "out of memory for tensor %s (%lld values)", name, (long long)numel);
+        return ifl_err_set(err, "out of memory for tensor %s (%lld values)", name,
+                           (long long)numel);
     }
     sprintf(nm, "%s%s", o->prefix ? "transformer." : "", name);
     for (int64_t i = 0; i < numel; i++)
@@ -132,8 +133,8 @@ int ifl_make_model(const char *out_dir, const ifl_make_model_opts *o, ifl_err *e
     }
     for (int ly = 0; ly < c->n_layer; ly++) {
         char nm[96];
-#define T(suffix, nd, a, b, base)                                                                   \
-    (snprintf(nm, sizeof nm, "h.%d.%s", ly, suffix),                                                \
+#define T(suffix, nd, a, b, base)                                                                  \
+    (snprintf(nm, sizeof nm, "h.%d.%s", ly, suffix),                                               \
      add_tensor(&l, o, &rng, nm, nd, a, b, base, NULL, err))
         if (T("ln_1.weight", 1, C, 0, 1.0) || T("ln_1.bias", 1, C, 0, 0.0) ||
             T("attn.c_attn.weight", 2, C, 3 * C, 0.0) || T("attn.c_attn.bias", 1, 3 * C, 0, 0.0) ||

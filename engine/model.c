@@ -11,14 +11,14 @@
 
 /* One tensor the model needs: where its name points and where the result goes. */
 typedef struct {
-    char name[96];            /* without prefix, e.g. "h.3.mlp.c_fc.weight" */
-    int n_dims;               /* 1 (vector, held as f32) or 2 (matrix) */
-    int64_t d0, d1;           /* expected shape (d1 unused for vectors) */
+    char name[96];  /* without prefix, e.g. "h.3.mlp.c_fc.weight" */
+    int n_dims;     /* 1 (vector, held as f32) or 2 (matrix) */
+    int64_t d0, d1; /* expected shape (d1 unused for vectors) */
     const ifl_st_tensor *src;
-    ifl_mat *mat;             /* matrices */
-    const float **vec;        /* vectors */
-    ifl_dtype held;           /* dtype the matrix is held in */
-    int in_arena;             /* 1: copied/converted into the arena */
+    ifl_mat *mat;      /* matrices */
+    const float **vec; /* vectors */
+    ifl_dtype held;    /* dtype the matrix is held in */
+    int in_arena;      /* 1: copied/converted into the arena */
     size_t arena_off;
 } tensor_spec;
 
@@ -45,10 +45,10 @@ static int build_specs(ifl_model *m, tensor_spec *s)
     for (int l = 0; l < c->n_layer; l++) {
         ifl_layer *ly = &m->layers[l];
         char nm[96];
-#define LAYER_SPEC(suffix, nd, a, b, mat, vec)                                                      \
-    do {                                                                                            \
-        snprintf(nm, sizeof nm, "h.%d.%s", l, suffix);                                              \
-        spec_set(&s[n++], nm, nd, a, b, mat, vec);                                                  \
+#define LAYER_SPEC(suffix, nd, a, b, mat, vec)                                                     \
+    do {                                                                                           \
+        snprintf(nm, sizeof nm, "h.%d.%s", l, suffix);                                             \
+        spec_set(&s[n++], nm, nd, a, b, mat, vec);                                                 \
     } while (0)
         LAYER_SPEC("ln_1.weight", 1, C, 0, NULL, &ly->ln1_w);
         LAYER_SPEC("ln_1.bias", 1, C, 0, NULL, &ly->ln1_b);
@@ -150,8 +150,10 @@ int ifl_model_load(ifl_model *m, const char *dir, const ifl_model_opts *opts, if
         if (ifl_st_find(&m->st, "transformer.wte.weight")) {
             prefix = "transformer.";
         } else {
-            ifl_err_set(err, "%s: missing tensor 'wte.weight' (also looked for "
-                        "'transformer.wte.weight'): not a GPT-2 checkpoint", path);
+            ifl_err_set(err,
+                        "%s: missing tensor 'wte.weight' (also looked for "
+                        "'transformer.wte.weight'): not a GPT-2 checkpoint",
+                        path);
             goto out;
         }
     }
@@ -187,7 +189,8 @@ int ifl_model_load(ifl_model *m, const char *dir, const ifl_model_opts *opts, if
         int shape_ok = t->n_dims == s->n_dims && t->shape[0] == s->d0 &&
                        (s->n_dims == 1 || t->shape[1] == s->d1);
         /* GPT-2 biases are sometimes stored as (1, N). */
-        if (!shape_ok && s->n_dims == 1 && t->n_dims == 2 && t->shape[0] == 1 && t->shape[1] == s->d0)
+        if (!shape_ok && s->n_dims == 1 && t->n_dims == 2 && t->shape[0] == 1 &&
+            t->shape[1] == s->d0)
             shape_ok = 1;
         if (!shape_ok) {
             char got[160], exp[160];
@@ -226,7 +229,8 @@ int ifl_model_load(ifl_model *m, const char *dir, const ifl_model_opts *opts, if
     if (arena) {
         void *p = mmap(NULL, arena, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (p == MAP_FAILED) {
-            ifl_err_set(err, "cannot allocate %zu bytes for the weights: %s", arena, strerror(errno));
+            ifl_err_set(err, "cannot allocate %zu bytes for the weights: %s", arena,
+                        strerror(errno));
             goto out;
         }
 #ifdef MADV_HUGEPAGE

@@ -3,10 +3,10 @@
  *
  * The safetensors file is mmap'd; a weight matrix whose stored dtype is the one asked for points
  * straight into the mapping, anything else (a different --weights dtype, LayerNorm vectors and
- * biases, which are always f32) lives in one arena allocated at load. Tensor names are accepted with
- * or without the "transformer." prefix; attn.bias / attn.masked_bias mask buffers are ignored; the
- * lm_head is wte unless config.json unties them. What it is not: the tokenizer (tokenizer.h) or any
- * run state (backends own activations and the KV pool). */
+ * biases, which are always f32) lives in one arena allocated at load. Tensor names are accepted
+ * with or without the "transformer." prefix; attn.bias / attn.masked_bias mask buffers are ignored;
+ * the lm_head is wte unless config.json unties them. What it is not: the tokenizer (tokenizer.h) or
+ * any run state (backends own activations and the KV pool). */
 #ifndef IFL_MODEL_H
 #define IFL_MODEL_H
 
@@ -18,28 +18,28 @@
 #include "tensor.h"
 
 typedef struct {
-    const float *ln1_w, *ln1_b;     /* (C) */
-    ifl_mat qkv_w;                  /* (C, 3C) Conv1D layout: in x out; columns q | k | v */
-    const float *qkv_b;             /* (3C) */
-    ifl_mat attn_proj_w;            /* (C, C) */
-    const float *attn_proj_b;       /* (C) */
-    const float *ln2_w, *ln2_b;     /* (C) */
-    ifl_mat fc_w;                   /* (C, F) */
-    const float *fc_b;              /* (F) */
-    ifl_mat mlp_proj_w;             /* (F, C) */
-    const float *mlp_proj_b;        /* (C) */
+    const float *ln1_w, *ln1_b; /* (C) */
+    ifl_mat qkv_w;              /* (C, 3C) Conv1D layout: in x out; columns q | k | v */
+    const float *qkv_b;         /* (3C) */
+    ifl_mat attn_proj_w;        /* (C, C) */
+    const float *attn_proj_b;   /* (C) */
+    const float *ln2_w, *ln2_b; /* (C) */
+    ifl_mat fc_w;               /* (C, F) */
+    const float *fc_b;          /* (F) */
+    ifl_mat mlp_proj_w;         /* (F, C) */
+    const float *mlp_proj_b;    /* (C) */
 } ifl_layer;
 
 typedef struct {
     ifl_config cfg;
-    ifl_mat wte;                    /* (V, C) token embeddings */
-    ifl_mat wpe;                    /* (P, C) position embeddings */
-    ifl_layer *layers;              /* (L) */
-    const float *lnf_w, *lnf_b;     /* (C) */
-    ifl_mat lm_head;                /* (V, C): wte unless untied */
-    char *dir;                      /* the directory it came from */
-    int mixed_dtypes;               /* 1 when matrices are held in more than one dtype */
-    size_t weight_bytes;            /* bytes of all weights as held */
+    ifl_mat wte;                /* (V, C) token embeddings */
+    ifl_mat wpe;                /* (P, C) position embeddings */
+    ifl_layer *layers;          /* (L) */
+    const float *lnf_w, *lnf_b; /* (C) */
+    ifl_mat lm_head;            /* (V, C): wte unless untied */
+    char *dir;                  /* the directory it came from */
+    int mixed_dtypes;           /* 1 when matrices are held in more than one dtype */
+    size_t weight_bytes;        /* bytes of all weights as held */
     /* private */
     ifl_safetensors st;
     void *arena;
@@ -47,7 +47,7 @@ typedef struct {
 } ifl_model;
 
 typedef struct {
-    int convert;            /* 0: hold each matrix as stored; 1: convert every matrix to `dtype` */
+    int convert; /* 0: hold each matrix as stored; 1: convert every matrix to `dtype` */
     ifl_dtype dtype;
 } ifl_model_opts;
 

@@ -1,4 +1,5 @@
-/* safetensors.c: the .safetensors reader (mmap + header validation) and writer (see safetensors.h). */
+/* safetensors.c: the .safetensors reader (mmap + header validation) and writer (see safetensors.h).
+ */
 #include "safetensors.h"
 
 #include <cJSON.h>
@@ -19,9 +20,9 @@ static int64_t st_dtype_size(const char *dt)
         const char *name;
         int64_t size;
     } sizes[] = {
-        {"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8}, {"I32", 4},
-        {"I16", 2}, {"I8", 1},  {"U64", 8}, {"U32", 4},  {"U16", 2}, {"U8", 1},
-        {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1},
+        {"F64", 8}, {"F32", 4}, {"F16", 2},  {"BF16", 2},    {"I64", 8},
+        {"I32", 4}, {"I16", 2}, {"I8", 1},   {"U64", 8},     {"U32", 4},
+        {"U16", 2}, {"U8", 1},  {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1},
     };
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         if (!strcmp(sizes[i].name, dt))
@@ -54,7 +55,8 @@ void ifl_st_format_shape(char *buf, size_t cap, int n_dims, const int64_t *shape
 
 static int cmp_by_begin(const void *a, const void *b)
 {
-    const ifl_st_tensor *x = *(const ifl_st_tensor *const *)a, *y = *(const ifl_st_tensor *const *)b;
+    const ifl_st_tensor *x = *(const ifl_st_tensor *const *)a,
+                        *y = *(const ifl_st_tensor *const *)b;
     if (x->begin != y->begin)
         return x->begin < y->begin ? -1 : 1;
     return x->end < y->end ? -1 : x->end > y->end;
@@ -107,8 +109,8 @@ static int parse_entry(const char *path, const cJSON *item, ifl_st_tensor *t, ui
         return ifl_err_set(err, "%s: tensor '%s' data_offsets are not non-negative integers", path,
                            name);
     if (t->end < t->begin)
-        return ifl_err_set(err, "%s: tensor '%s' data_offsets [%llu, %llu] end before begin",
-                           path, name, (unsigned long long)t->begin, (unsigned long long)t->end);
+        return ifl_err_set(err, "%s: tensor '%s' data_offsets [%llu, %llu] end before begin", path,
+                           name, (unsigned long long)t->begin, (unsigned long long)t->end);
     if (t->end > data_size)
         return ifl_err_set(err,
                            "%s: tensor '%s' data_offsets [%llu, %llu] run past the end of the "

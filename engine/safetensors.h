@@ -18,21 +18,21 @@
 
 typedef struct {
     char *name;
-    char dtype_name[16];   /* as written in the header, e.g. "BF16" */
-    int known_dtype;       /* 1 when dtype is F32/F16/BF16 (the ones the engine computes with) */
-    ifl_dtype dtype;       /* valid when known_dtype */
+    char dtype_name[16]; /* as written in the header, e.g. "BF16" */
+    int known_dtype;     /* 1 when dtype is F32/F16/BF16 (the ones the engine computes with) */
+    ifl_dtype dtype;     /* valid when known_dtype */
     int n_dims;
     int64_t shape[IFL_ST_MAX_DIMS];
     int64_t numel;
-    uint64_t begin, end;   /* byte offsets into the data section */
-    const void *data;      /* points into the mapping */
+    uint64_t begin, end; /* byte offsets into the data section */
+    const void *data;    /* points into the mapping */
 } ifl_st_tensor;
 
 typedef struct {
     char *path;
     void *map;
     size_t map_size;
-    size_t data_offset;    /* 8 + header length */
+    size_t data_offset; /* 8 + header length */
     int n_tensors;
     ifl_st_tensor *tensors;
 } ifl_safetensors;
@@ -50,7 +50,7 @@ typedef struct {
     ifl_dtype dtype;
     int n_dims;
     int64_t shape[IFL_ST_MAX_DIMS];
-    const void *data;      /* numel x dtype size bytes */
+    const void *data; /* numel x dtype size bytes */
 } ifl_st_entry;
 
 /* Writes the entries (sorted by name in the header, data in the same order) to `path` atomically

@@ -12,20 +12,20 @@
 #include "rng.h"
 
 typedef struct {
-    float temperature;   /* 0: greedy (argmax) */
-    int32_t top_k;       /* 0: no limit */
-    float top_p;         /* 1: no limit; (0, 1] */
+    float temperature; /* 0: greedy (argmax) */
+    int32_t top_k;     /* 0: no limit */
+    float top_p;       /* 1: no limit; (0, 1] */
 } ifl_sampling;
 
 typedef struct {
-    float p;             /* logit, then probability */
+    float p; /* logit, then probability */
     int32_t id;
 } ifl_sample_cand;
 
 typedef struct {
     int32_t n_vocab;
-    ifl_sample_cand *cand;   /* (V) */
-    float *tmp;              /* (V) */
+    ifl_sample_cand *cand; /* (V) */
+    float *tmp;            /* (V) */
 } ifl_sampler;
 
 int ifl_sampler_init(ifl_sampler *s, int32_t n_vocab, ifl_err *err);

@@ -45,7 +45,8 @@ void ifl_convert_to_f32(float *dst, ifl_dtype t, const void *src, size_t n)
         }
     } else {
         for (; i + 16 <= n; i += 16)
-            _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(s + i))));
+            _mm512_storeu_ps(dst + i,
+                             _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(s + i))));
     }
 #endif
     if (t == IFL_DTYPE_BF16) {

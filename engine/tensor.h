@@ -15,9 +15,12 @@ typedef enum {
     IFL_DTYPE_BF16 = 2,
 } ifl_dtype;
 
-static inline size_t ifl_dtype_size(ifl_dtype t) { return t == IFL_DTYPE_F32 ? 4 : 2; }
-const char *ifl_dtype_name(ifl_dtype t);              /* "f32", "f16", "bf16" */
-int ifl_dtype_parse(const char *s, ifl_dtype *out);   /* accepts f32/f16/bf16; -1 otherwise */
+static inline size_t ifl_dtype_size(ifl_dtype t)
+{
+    return t == IFL_DTYPE_F32 ? 4 : 2;
+}
+const char *ifl_dtype_name(ifl_dtype t);            /* "f32", "f16", "bf16" */
+int ifl_dtype_parse(const char *s, ifl_dtype *out); /* accepts f32/f16/bf16; -1 otherwise */
 
 /* A row-major matrix of `rows` x `cols` elements of `dtype` (a vector is rows == 1). */
 typedef struct {

@@ -29,13 +29,13 @@ typedef struct {
 struct ifl_threadpool {
     int n_threads;
     worker *workers;
-    ifl_task_fn fn;               /* {generation} published before the bump */
+    ifl_task_fn fn; /* {generation} published before the bump */
     void *ctx;
     atomic_uint generation;
     atomic_int done;
     atomic_int n_sleeping;
     atomic_int stop;
-    pthread_mutex_t lock;         /* guards sleeping on `wake` */
+    pthread_mutex_t lock; /* guards sleeping on `wake` */
     pthread_cond_t wake;
 };
 
@@ -124,7 +124,10 @@ void ifl_threadpool_free(ifl_threadpool *tp)
     free(tp);
 }
 
-int ifl_threadpool_size(const ifl_threadpool *tp) { return tp->n_threads; }
+int ifl_threadpool_size(const ifl_threadpool *tp)
+{
+    return tp->n_threads;
+}
 
 void ifl_threadpool_run(ifl_threadpool *tp, ifl_task_fn fn, void *ctx)
 {

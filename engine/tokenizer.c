@@ -11,7 +11,8 @@
 #include "unicode_tables.h"
 #include "util.h"
 
-/* ---- hashing ----------------------------------------------------------------------------------- */
+/* ---- hashing -----------------------------------------------------------------------------------
+ */
 
 static uint64_t hash_bytes(const unsigned char *p, size_t n)
 {
@@ -33,8 +34,8 @@ static uint64_t hash_pair(uint64_t key)
 }
 
 typedef struct {
-    uint64_t key;      /* (left << 32) | right; 0 marks empty (ids are < 2^31, so key != 0 unless
-                          both are 0; that pair is stored with the `used` flag) */
+    uint64_t key; /* (left << 32) | right; 0 marks empty (ids are < 2^31, so key != 0 unless
+                     both are 0; that pair is stored with the `used` flag) */
     int32_t rank;
     int32_t merged;
     int32_t used;
@@ -42,15 +43,15 @@ typedef struct {
 
 struct ifl_tokenizer {
     int32_t n_vocab;
-    int32_t eot;               /* "<|endoftext|>" or -1 */
-    char *bytes;               /* all token bytes back to back */
-    uint32_t *offs;            /* (V + 1) token i is bytes[offs[i] .. offs[i+1]) */
-    int32_t *vocab_slots;      /* open addressing: token id or -1, keyed by its bytes */
+    int32_t eot;          /* "<|endoftext|>" or -1 */
+    char *bytes;          /* all token bytes back to back */
+    uint32_t *offs;       /* (V + 1) token i is bytes[offs[i] .. offs[i+1]) */
+    int32_t *vocab_slots; /* open addressing: token id or -1, keyed by its bytes */
     size_t vocab_mask;
-    merge_slot *merges;        /* open addressing, keyed by the pair of ids */
+    merge_slot *merges; /* open addressing, keyed by the pair of ids */
     size_t merge_mask;
     int32_t n_merges;
-    int32_t byte_id[256];      /* token of each single byte */
+    int32_t byte_id[256]; /* token of each single byte */
 };
 
 static int32_t vocab_find(const ifl_tokenizer *t, const unsigned char *p, size_t n)
@@ -76,7 +77,8 @@ static const merge_slot *merge_find(const ifl_tokenizer *t, int32_t a, int32_t b
     }
 }
 
-/* ---- the byte <-> unicode alphabet of GPT-2's vocabulary files --------------------------------- */
+/* ---- the byte <-> unicode alphabet of GPT-2's vocabulary files ---------------------------------
+ */
 
 /* GPT-2 writes byte b as the code point byte_to_cp(b): printable Latin-1 bytes as themselves, the
  * other 68 bytes as U+0100.. in byte order. */
@@ -86,7 +88,8 @@ static void byte_alphabet(uint32_t byte_to_cp[256], int16_t cp_to_byte[324])
     for (int i = 0; i < 324; i++)
         cp_to_byte[i] = -1;
     for (int b = 0; b < 256; b++) {
-        int printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+        int printable =
+            (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
         byte_to_cp[b] = printable ? (uint32_t)b : (uint32_t)(256 + n++);
         cp_to_byte[byte_to_cp[b]] = (int16_t)b;
     }
@@ -232,7 +235,8 @@ static int load_vocab(ifl_tokenizer *t, const char *path, const int16_t cp_to_by
         unsigned char c = (unsigned char)b;
         t->byte_id[b] = vocab_find(t, &c, 1);
         if (t->byte_id[b] < 0) {
-            ifl_err_set(err, "%s: no token for byte 0x%02x: not a byte-level BPE vocabulary", path, b);
+            ifl_err_set(err, "%s: no token for byte 0x%02x: not a byte-level BPE vocabulary", path,
+                        b);
             goto out;
         }
     }
@@ -283,8 +287,9 @@ static int load_merges(ifl_tokenizer *t, const char *path, const int16_t cp_to_b
             goto out;
         }
         long la = alphabet_to_bytes(cp_to_byte, p, (size_t)(sp - p), buf);
-        long lb = la > 0 ? alphabet_to_bytes(cp_to_byte, sp + 1, (size_t)(p + ll - sp - 1), buf + la)
-                         : -1;
+        long lb = la > 0
+                      ? alphabet_to_bytes(cp_to_byte, sp + 1, (size_t)(p + ll - sp - 1), buf + la)
+                      : -1;
         if (la <= 0 || lb <= 0) {
             ifl_err_set(err, "%s:%zu: character outside GPT-2's byte alphabet", path, lineno);
             goto out;
@@ -335,8 +340,10 @@ int ifl_tokenizer_load(ifl_tokenizer **out, const char *dir, ifl_err *err)
             found = i;
     }
     if (found < 0)
-        return ifl_err_set(err, "%s: no vocabulary: expected vocab.json + merges.txt or "
-                           "encoder.json + vocab.bpe", dir);
+        return ifl_err_set(err,
+                           "%s: no vocabulary: expected vocab.json + merges.txt or "
+                           "encoder.json + vocab.bpe",
+                           dir);
     ifl_tokenizer *t = calloc(1, sizeof *t);
     if (!t)
         return ifl_err_set(err, "out of memory");
@@ -351,8 +358,14 @@ int ifl_tokenizer_load(ifl_tokenizer **out, const char *dir, ifl_err *err)
     return 0;
 }
 
-int32_t ifl_tokenizer_n_vocab(const ifl_tokenizer *t) { return t->n_vocab; }
-int32_t ifl_tokenizer_eot(const ifl_tokenizer *t) { return t->eot; }
+int32_t ifl_tokenizer_n_vocab(const ifl_tokenizer *t)
+{
+    return t->n_vocab;
+}
+int32_t ifl_tokenizer_eot(const ifl_tokenizer *t)
+{
+    return t->eot;
+}
 
 /* ---- UTF-8 and character classes ------------------------------------------------------------- */
 
@@ -455,8 +468,8 @@ static size_t next_piece(const unsigned char *s, size_t n)
         unsigned char c = s[1];
         if (c == 's' || c == 't' || c == 'm' || c == 'd')
             return 2;
-        if (n >= 3 && ((c == 'r' && s[2] == 'e') || (c == 'v' && s[2] == 'e') ||
-                       (c == 'l' && s[2] == 'l')))
+        if (n >= 3 &&
+            ((c == 'r' && s[2] == 'e') || (c == 'v' && s[2] == 'e') || (c == 'l' && s[2] == 'l')))
             return 3;
     }
     size_t i = 0;
@@ -507,7 +520,7 @@ static size_t next_piece(const unsigned char *s, size_t n)
 
 typedef struct {
     int32_t rank;
-    int32_t left;          /* symbol index of the left side */
+    int32_t left; /* symbol index of the left side */
     int32_t left_id, right_id;
 } heap_item;
 
@@ -760,7 +773,7 @@ size_t ifl_utf8_stream_push(ifl_utf8_stream *s, const char *bytes, size_t n, cha
     size_t take = n < 4 ? n : 4;
     memcpy(head + hn, bytes, take);
     size_t total = hn + n;
-#define AT(i) ((i) < hn + take ? head[(i)] : (unsigned char)bytes[(i) - hn])
+#define AT(i) ((i) < hn + take ? head[(i)] : (unsigned char)bytes[(i)-hn])
     size_t i = 0;
     s->n = 0;
     while (i < total) {

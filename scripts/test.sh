@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# test.sh: sets up a fresh Debian 12 machine (scripts/setup.sh), builds, and runs every test:
+#   1. the Release build and the whole CTest suite;
+#   2. an ASan/UBSan build and the suite again (except the benchmarks-sized tests);
+#   3. valgrind memcheck over the model-loading, tokenizer and forward-pass tests.
+# Ends with CTest's summary line of the last stage. Exit status: 0 only if every stage passed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+jobs=$(nproc)
+
+echo "== release build and tests"
+scripts/build.sh build -DCMAKE_BUILD_TYPE=Release
+ctest --test-dir build --output-on-failure -j "$jobs"
+
+echo "== ASan/UBSan build and tests"
+scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug -DINFLIGHT_SANITIZE=ON
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE slow
+
+echo "== valgrind memcheck"
+scripts/build.sh build-valgrind -DCMAKE_BUILD_TYPE=Debug -DINFLIGHT_NATIVE=OFF
+ctest --test-dir build-valgrind --output-on-failure -j "$jobs" -L valgrind
