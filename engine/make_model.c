@@ -61,8 +61,17 @@ static int add_tensor(entry_list *l, const ifl_make_model_opts *o, ifl_rng *rng,
                            (long long)numel);
     }
     sprintf(nm, "%s%s", o->prefix ? "transformer." : "", name);
-    for (int64_t i = 0; i < numel; i++)
-        f[i] = fill ? fill[i] : (float)(base + o->scale * ifl_rng_normal(rng));
+    if (fill) {
+        memcpy(f, fill, (size_t)numel * sizeof *f);
+    } else {
+        for (int64_t i = 0; i < numel; i += 2) { /* pairs; an odd tensor drops its last draw */
+            double z0, z1;
+            ifl_rng_normal2(rng, &z0, &z1);
+            f[i] = (float)(base + o->scale * z0);
+            if (i + 1 < numel)
+                f[i + 1] = (float)(base + o->scale * z1);
+        }
+    }
     ifl_convert_from_f32(buf, o->dtype, f, (size_t)numel);
     free(f);
     ifl_st_entry *e = &l->e[l->n];

@@ -3,7 +3,8 @@
  *
  * Tests and the offline demo use it: real GPT-2 weights cannot be downloaded on the build machines.
  * Values: matrices and biases ~ N(0, scale^2), LayerNorm gains 1 + N(0, scale^2), drawn in a fixed
- * order from one xoshiro256** stream, computed in f32 and rounded to the chosen dtype. */
+ * order from one xoshiro256** stream (Box-Muller pairs), computed in f32 and rounded to the chosen
+ * dtype. */
 #ifndef IFL_MAKE_MODEL_H
 #define IFL_MAKE_MODEL_H
 

@@ -56,4 +56,15 @@ static inline double ifl_rng_normal(ifl_rng *r)
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
+/* Two independent standard normals (both halves of one Box-Muller draw). */
+static inline void ifl_rng_normal2(ifl_rng *r, double *z0, double *z1)
+{
+    double u1 = ifl_rng_uniform(r), u2 = ifl_rng_uniform(r);
+    if (u1 < 1e-300)
+        u1 = 1e-300;
+    double rad = sqrt(-2.0 * log(u1)), th = 6.283185307179586 * u2;
+    *z0 = rad * cos(th);
+    *z1 = rad * sin(th);
+}
+
 #endif

@@ -58,6 +58,11 @@ CASES = [
     {"name": "one-head-bf16",
      "model": dict(seed=16, n_layer=1, n_head=1, n_embd=32, n_ctx=64, dtype="bf16", scale=0.3),
      "lengths": [2, 25], "prompt_seed": 1016},
+    {"name": "options-f32",
+     "model": dict(seed=17, n_layer=3, n_head=4, n_embd=64, n_ctx=64, dtype="f32", scale=0.15,
+                   n_inner=100, activation="gelu", layer_norm_epsilon=1e-3,
+                   scale_attn_by_inverse_layer_idx=True),
+     "lengths": [6, 30], "prompt_seed": 1017},
 ]
 
 
@@ -66,6 +71,9 @@ def model_spec(m):
             "n_embd": m["n_embd"], "n_ctx": m["n_ctx"], "n_vocab": m.get("n_vocab", N_VOCAB),
             "dtype": m["dtype"], "scale": m["scale"], "prefix": bool(m.get("prefix", False)),
             "mask_buffers": bool(m.get("mask_buffers", False))}
+    for opt in ("n_inner", "activation", "layer_norm_epsilon", "scale_attn_by_inverse_layer_idx"):
+        if opt in m:
+            spec[opt] = m[opt]
     return spec
 
 
@@ -78,6 +86,14 @@ def make_model_args(spec):
         args.append("--prefix")
     if spec["mask_buffers"]:
         args.append("--mask-buffers")
+    if "n_inner" in spec:
+        args += ["--n-inner", str(spec["n_inner"])]
+    if "activation" in spec:
+        args += ["--activation", spec["activation"]]
+    if "layer_norm_epsilon" in spec:
+        args += ["--layer-norm-eps", repr(float(spec["layer_norm_epsilon"]))]
+    if spec.get("scale_attn_by_inverse_layer_idx"):
+        args.append("--scale-attn-by-inverse-layer-idx")
     return args
 
 

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# test_cli.sh: the `inflight` binary end to end: help and usage errors, make-model, tokenize against
+# the JavaScript reference, generate (reproducible with a seed, --ids equal to the streamed text),
+# and clear errors with non-zero exits for bad models and bad options.
+# usage: test_cli.sh INFLIGHT_BINARY VOCAB_DIR
+set -u
+bin=$1
+vocab=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+pass() { echo "ok   $1"; }
+fail() { echo "FAIL $1" >&2; fails=$((fails + 1)); }
+check() { local what=$1; shift; if "$@"; then pass "$what"; else fail "$what"; fi; }
+
+# expect_exit CODE PATTERN CMD...: exit status CODE and stderr matching PATTERN
+expect_exit() {
+  local code=$1 pat=$2; shift 2
+  "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  if [ "$rc" -eq "$code" ] && grep -qE -- "$pat" "$tmp/err"; then
+    pass "exit $code: $* -> $(head -c 160 "$tmp/err" | tr '\n' ' ')"
+  else
+    fail "expected exit $code and /$pat/ from: $* (got $rc: $(head -c 300 "$tmp/err"))"
+  fi
+}
+
+for c in "" generate tokenize make-model bench; do
+  check "help $c" "$bin" $c --help >/dev/null
+done
+expect_exit 2 "unknown command" "$bin" frobnicate
+expect_exit 2 "usage" "$bin"
+
+m="$tmp/model"
+check "make-model" "$bin" make-model --out "$m" --seed 5 --n-layer 2 --n-head 4 --n-embd 64 --n-ctx 128 --vocab "$vocab"
+for f in config.json model.safetensors vocab.json merges.txt; do check "make-model wrote $f" test -s "$m/$f"; done
+expect_exit 1 "not divisible by n_head 4" "$bin" make-model --out "$tmp/bad" --n-embd 30 --n-head 4 --no-vocab
+expect_exit 2 "--dtype" "$bin" make-model --out "$tmp/bad" --dtype q4
+
+# tokenize vs the JavaScript encoder
+for s in "Hello, world! It's 2026." "  leading spaces and trailing  " $'tabs\tand\nnewlines\n\n' "naïve café 日本語 😀"; do
+  ours=$(printf '%s' "$s" | "$bin" tokenize --model "$m")
+  theirs=$(node -e 'const e=require(require("path").resolve(process.argv[1]));process.stdout.write(e.encode(process.argv[2]).join(" "))' "$vocab" "$s")
+  check "tokenize matches gpt-3-encoder: $(printf '%q' "$s")" test "$ours" = "$theirs"
+done
+printf '\xff\xfe bytes \x80' >"$tmp/junk"
+"$bin" tokenize --model "$m" <"$tmp/junk" | "$bin" tokenize --model "$m" --decode >"$tmp/junk.back"
+check "tokenize --decode restores invalid UTF-8 bytes" cmp -s "$tmp/junk" "$tmp/junk.back"
+expect_exit 1 "not a token id" sh -c "echo 99999999 | '$bin' tokenize --model '$m' --decode"
+
+# generate: reproducible, --ids consistent with the text
+gen() { "$bin" generate --model "$m" --prompt "Once upon a time" "$@"; }
+a=$(gen -n 12 --seed 42 --ids 2>/dev/null); b=$(gen -n 12 --seed 42 --ids 2>/dev/null)
+check "seeded sampling is reproducible ($a)" test -n "$a" -a "$a" = "$b"
+check "--ids prints 12 ids on one line" test "$(echo "$a" | wc -w)" -eq 12 -a "$(echo "$a" | wc -l)" -eq 1
+c=$(gen -n 12 --seed 43 --ids 2>/dev/null)
+check "another seed gives other tokens" test "$a" != "$c"
+g1=$(gen -n 16 --temperature 0 --ids --ignore-eos 2>/dev/null); g2=$(gen -n 16 --temperature 0 --ids --ignore-eos --seed 9 2>/dev/null)
+check "greedy ignores the seed" test "$g1" = "$g2"
+gen -n 12 --seed 42 >"$tmp/text" 2>"$tmp/timing"
+printf '%s\n' "$a" | "$bin" tokenize --model "$m" --decode >"$tmp/text.ids"
+printf '\n' >>"$tmp/text.ids"
+check "streamed text equals the decoded --ids" cmp -s "$tmp/text" "$tmp/text.ids"
+check "timing line on stderr" grep -qE "prompt 4 tokens .* ms/token .* tok/s" "$tmp/timing"
+for w in f32 f16 bf16; do
+  check "--weights $w" sh -c "'$bin' generate --model '$m' --prompt hi -n 3 --weights $w --ids >/dev/null 2>&1"
+done
+
+# errors
+expect_exit 1 "config.json: cannot open" "$bin" generate --model "$tmp/nope" --prompt hi
+expect_exit 1 "exceeds the model's context of 128" "$bin" generate --model "$m" --prompt hi -n 500
+expect_exit 2 "--temperature: 'warm'" "$bin" generate --model "$m" --prompt hi --temperature warm
+expect_exit 2 "--top-p" "$bin" generate --model "$m" --prompt hi --top-p 0
+expect_exit 2 "--weights: 'q8'" "$bin" generate --model "$m" --prompt hi --weights q8
+expect_exit 2 "--prompt TEXT is required" "$bin" generate --model "$m"
+expect_exit 2 "unknown option" "$bin" generate --model "$m" --prompt hi --frobnicate
+expect_exit 1 "no CUDA backend" "$bin" generate --model "$m" --prompt hi --device cuda
+expect_exit 2 "--engine" "$bin" bench
+cp -r "$m" "$tmp/trunc"
+head -c 100000 "$m/model.safetensors" >"$tmp/trunc/model.safetensors"
+expect_exit 1 "truncated" "$bin" generate --model "$tmp/trunc" --prompt hi
+
+if [ "$fails" -ne 0 ]; then echo "test_cli: $fails check(s) failed" >&2; exit 1; fi
+echo "test_cli: all checks passed"

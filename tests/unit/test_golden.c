@@ -1,0 +1,205 @@
+/* test_golden.c: the forward pass against golden logits from the independent float64 reference
+ * (tests/reference/gpt2_ref.py, fixtures made by tests/reference/make_fixtures.py).
+ *
+ * For each case of tests/fixtures/golden/manifest.json: rebuild the random model with make-model's
+ * parameters, check its sha256 against the fixture (so a changed generator is reported as such),
+ * load it as stored (F32, F16 or BF16), run the prompt (in chunks, so long prompts also exercise
+ * chunked prefill), and require last-position logits within 1e-4 relative L2 of the reference and
+ * an identical 32-token greedy continuation. Prints the first values compared as evidence. */
+#include <cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "generate.h"
+#include "make_model.h"
+#include "model.h"
+#include "sha256.h"
+#include "testutil.h"
+#include "util.h"
+
+#define TOL 1e-4
+
+typedef struct {
+    int32_t *ids;
+    int32_t n;
+} id_list;
+
+static id_list json_ids(const cJSON *arr)
+{
+    id_list l = {0};
+    l.n = cJSON_GetArraySize(arr);
+    l.ids = malloc((size_t)(l.n ? l.n : 1) * sizeof *l.ids);
+    for (int32_t i = 0; i < l.n; i++)
+        l.ids[i] = (int32_t)cJSON_GetArrayItem(arr, i)->valuedouble;
+    return l;
+}
+
+static int collect(void *ud, int32_t id)
+{
+    id_list *l = ud;
+    l->ids[l->n++] = id;
+    return 0;
+}
+
+static int run_case(const char *fixdir, const cJSON *c, const char *tmp)
+{
+    const char *name = cJSON_GetObjectItem(c, "name")->valuestring;
+    const cJSON *mp = cJSON_GetObjectItem(c, "model");
+    ifl_make_model_opts o;
+    ifl_make_model_defaults(&o);
+    o.seed = (uint64_t)cJSON_GetObjectItem(mp, "seed")->valuedouble;
+    o.cfg.n_layer = (int32_t)cJSON_GetObjectItem(mp, "n_layer")->valuedouble;
+    o.cfg.n_head = (int32_t)cJSON_GetObjectItem(mp, "n_head")->valuedouble;
+    o.cfg.n_embd = (int32_t)cJSON_GetObjectItem(mp, "n_embd")->valuedouble;
+    o.cfg.n_ctx = (int32_t)cJSON_GetObjectItem(mp, "n_ctx")->valuedouble;
+    o.cfg.n_vocab = (int32_t)cJSON_GetObjectItem(mp, "n_vocab")->valuedouble;
+    o.scale = cJSON_GetObjectItem(mp, "scale")->valuedouble;
+    o.prefix = cJSON_IsTrue(cJSON_GetObjectItem(mp, "prefix"));
+    o.mask_buffers = cJSON_IsTrue(cJSON_GetObjectItem(mp, "mask_buffers"));
+    o.vocab_dir = NULL;
+    const cJSON *opt;
+    if ((opt = cJSON_GetObjectItem(mp, "n_inner")))
+        o.cfg.n_inner = (int32_t)opt->valuedouble;
+    if ((opt = cJSON_GetObjectItem(mp, "activation")))
+        o.cfg.gelu = !strcmp(opt->valuestring, "gelu") ? IFL_GELU_ERF : IFL_GELU_TANH;
+    if ((opt = cJSON_GetObjectItem(mp, "layer_norm_epsilon")))
+        o.cfg.ln_eps = opt->valuedouble;
+    if ((opt = cJSON_GetObjectItem(mp, "scale_attn_by_inverse_layer_idx")))
+        o.cfg.scale_attn_by_inverse_layer_idx = cJSON_IsTrue(opt);
+    if (ifl_dtype_parse(cJSON_GetObjectItem(mp, "dtype")->valuestring, &o.dtype)) {
+        fprintf(stderr, "%s: bad dtype in manifest\n", name);
+        return 1;
+    }
+    ifl_err err;
+    char dir[4200], st_path[4300], hex[65];
+    snprintf(dir, sizeof dir, "%s/%s", tmp, name);
+    if (ifl_make_model(dir, &o, &err)) {
+        fprintf(stderr, "%s: make-model: %s\n", name, err.msg);
+        return 1;
+    }
+    snprintf(st_path, sizeof st_path, "%s/model.safetensors", dir);
+    if (ifl_sha256_file(st_path, hex, &err))
+        return 1;
+    const char *want_hex = cJSON_GetObjectItem(c, "safetensors_sha256")->valuestring;
+    if (strcmp(hex, want_hex)) {
+        fprintf(
+            stderr,
+            "FAIL %s: make-model wrote a different model (sha256 %s, fixture %s): the "
+            "generator changed; regenerate the fixtures with tests/reference/make_fixtures.py\n",
+            name, hex, want_hex);
+        return 1;
+    }
+    ifl_model m;
+    if (ifl_model_load(&m, dir, NULL, &err)) {
+        fprintf(stderr, "%s: %s\n", name, err.msg);
+        return 1;
+    }
+    /* Chunks of 256 tokens: the 990-token prompt takes four prefill steps. */
+    ifl_backend_params bp = {.max_seqs = 1, .max_tokens = 256};
+    ifl_backend *be = ifl_cpu_backend_new(&m, &bp, &err);
+    if (!be) {
+        fprintf(stderr, "%s: %s\n", name, err.msg);
+        ifl_model_free(&m);
+        return 1;
+    }
+    int failures = 0;
+    float *logits = malloc((size_t)m.cfg.n_vocab * sizeof *logits);
+    float *golden = NULL;
+    const cJSON *prompts = cJSON_GetObjectItem(c, "prompts");
+    for (int p = 0; p < cJSON_GetArraySize(prompts); p++) {
+        const cJSON *pr = cJSON_GetArrayItem(prompts, p);
+        id_list prompt = json_ids(cJSON_GetObjectItem(pr, "ids"));
+        id_list want = json_ids(cJSON_GetObjectItem(pr, "greedy"));
+        char gpath[4300];
+        snprintf(gpath, sizeof gpath, "%s/%s", fixdir,
+                 cJSON_GetObjectItem(pr, "logits")->valuestring);
+        size_t glen;
+        if (ifl_read_file(gpath, (char **)&golden, &glen, (size_t)1 << 28, &err) ||
+            glen != (size_t)m.cfg.n_vocab * 4) {
+            fprintf(stderr, "FAIL %s: golden logits %s unreadable or of the wrong size\n", name,
+                    gpath);
+            failures++;
+            free(golden);
+            golden = NULL;
+            free(prompt.ids);
+            free(want.ids);
+            continue;
+        }
+        id_list got = {malloc(64 * sizeof(int32_t)), 0};
+        ifl_generate_opts go = {.max_new = want.n,
+                                .sampling = {.temperature = 0, .top_p = 1},
+                                .ignore_eos = 1,
+                                .eos = -1,
+                                .on_token = collect,
+                                .ud = &got,
+                                .logits_out = logits};
+        ifl_generate_stats st;
+        if (ifl_generate(be, prompt.ids, prompt.n, &go, &st, &err)) {
+            fprintf(stderr, "FAIL %s: %s\n", name, err.msg);
+            failures++;
+        } else {
+            double rel = rel_l2(logits, golden, (size_t)m.cfg.n_vocab);
+            int same = got.n == want.n && !memcmp(got.ids, want.ids, (size_t)want.n * 4);
+            printf("%-16s prompt %4d tokens (%s): rel L2 %.2e; logits[0..2] %.6f %.6f %.6f vs "
+                   "%.6f %.6f %.6f; greedy 32 %s\n",
+                   name, prompt.n, ifl_model_dtype_name(&m), rel, logits[0], logits[1], logits[2],
+                   golden[0], golden[1], golden[2], same ? "identical" : "DIFFER");
+            if (rel > TOL) {
+                fprintf(stderr, "FAIL %s prompt %d: relative L2 %.3g > %g\n", name, p, rel, TOL);
+                failures++;
+            }
+            if (!same) {
+                fprintf(stderr, "FAIL %s prompt %d: greedy continuation differs:\n  got ", name, p);
+                for (int32_t i = 0; i < got.n; i++)
+                    fprintf(stderr, "%d ", got.ids[i]);
+                fprintf(stderr, "\n  want ");
+                for (int32_t i = 0; i < want.n; i++)
+                    fprintf(stderr, "%d ", want.ids[i]);
+                fprintf(stderr, "\n");
+                failures++;
+            }
+        }
+        free(got.ids);
+        free(golden);
+        golden = NULL;
+        free(prompt.ids);
+        free(want.ids);
+    }
+    free(logits);
+    ifl_backend_free(be);
+    ifl_model_free(&m);
+    return failures;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: test_golden FIXTURE_DIR\n");
+        return 2;
+    }
+    char path[4200], *text;
+    size_t len;
+    ifl_err err;
+    snprintf(path, sizeof path, "%s/manifest.json", argv[1]);
+    if (ifl_read_file(path, &text, &len, 1 << 24, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    free(text);
+    const cJSON *cases = root ? cJSON_GetObjectItem(root, "cases") : NULL;
+    if (!cJSON_IsArray(cases) || cJSON_GetArraySize(cases) == 0) {
+        fprintf(stderr, "%s: no cases\n", path);
+        cJSON_Delete(root);
+        return 1;
+    }
+    char tmp[4096];
+    test_tmpdir(tmp, sizeof tmp, "golden");
+    for (int i = 0; i < cJSON_GetArraySize(cases); i++)
+        test_failures += run_case(argv[1], cJSON_GetArrayItem(cases, i), tmp);
+    test_rmdir(tmp);
+    cJSON_Delete(root);
+    return test_finish("test_golden");
+}

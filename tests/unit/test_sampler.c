@@ -1,0 +1,184 @@
+/* test_sampler.c: greedy is argmax (lowest id on ties); top-k and top-p keep exactly the right
+ * support; sampled frequencies match the softmax at the temperature (a chi-square bound over 200k
+ * draws); a seed gives the same sequence every time and different seeds differ; bad parameters are
+ * rejected with a message. Also the KV pool accounting: all-or-nothing reservations, no leaks. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv.h"
+#include "sampler.h"
+#include "testutil.h"
+
+#define V 1000
+
+int main(void)
+{
+    ifl_sampler s;
+    ifl_err err;
+    if (ifl_sampler_init(&s, V, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    float logits[V];
+    ifl_rng rng;
+    ifl_rng_seed(&rng, 1);
+    for (int i = 0; i < V; i++)
+        logits[i] = (float)ifl_rng_normal(&rng);
+    int best = 0;
+    for (int i = 1; i < V; i++)
+        if (logits[i] > logits[best])
+            best = i;
+    ifl_sampling greedy = {.temperature = 0, .top_k = 0, .top_p = 1};
+    CHECK(ifl_sample(&s, logits, &greedy, &rng) == best);
+    ifl_sampling k1 = {.temperature = 1, .top_k = 1, .top_p = 1};
+    CHECK(ifl_sample(&s, logits, &k1, &rng) == best);
+    float tie[V] = {0};
+    tie[7] = tie[3] = 2.0f;
+    CHECK(ifl_sample(&s, tie, &greedy, &rng) == 3);
+
+    /* Frequencies: 5 tokens with known probabilities at temperature 0.7. */
+    float small[V];
+    for (int i = 0; i < V; i++)
+        small[i] = -1e9f;
+    float l5[5] = {1.0f, 0.5f, 0.0f, -0.5f, 2.0f};
+    for (int i = 0; i < 5; i++)
+        small[100 + i] = l5[i];
+    double p[5], z = 0;
+    for (int i = 0; i < 5; i++)
+        z += p[i] = exp(l5[i] / 0.7);
+    ifl_sampling t07 = {.temperature = 0.7f, .top_k = 0, .top_p = 1};
+    int counts[5] = {0}, outside = 0, N = 200000;
+    for (int d = 0; d < N; d++) {
+        int id = ifl_sample(&s, small, &t07, &rng);
+        if (id >= 100 && id < 105)
+            counts[id - 100]++;
+        else
+            outside++;
+    }
+    double chi2 = 0;
+    for (int i = 0; i < 5; i++) {
+        double e = N * p[i] / z;
+        chi2 += (counts[i] - e) * (counts[i] - e) / e;
+    }
+    /* 4 degrees of freedom: P(chi2 > 25) ~ 5e-5 */
+    CHECKF(chi2 < 25 && outside == 0, "chi-square %.2f, %d draws outside the support", chi2,
+           outside);
+    printf("temperature 0.7 over 5 tokens, %d draws: chi-square %.2f (4 dof)\n", N, chi2);
+
+    /* top-k: only the k best ever appear. */
+    ifl_sampling topk = {.temperature = 1.5f, .top_k = 3, .top_p = 1};
+    int seen_bad = 0;
+    for (int d = 0; d < 5000; d++) {
+        int id = ifl_sample(&s, small, &topk, &rng);
+        seen_bad += !(id == 104 || id == 100 || id == 101);
+    }
+    CHECKF(seen_bad == 0, "top-k 3 drew %d tokens outside the top 3", seen_bad);
+
+    /* top-p: probabilities 0.5, 0.3, 0.15, 0.05 -> top_p 0.7 keeps the first two, 0.8 (exactly the
+     * sum of two) keeps two, 0.81 keeps three. */
+    float q[V];
+    for (int i = 0; i < V; i++)
+        q[i] = -1e9f;
+    q[10] = logf(0.5f);
+    q[20] = logf(0.3f);
+    q[30] = logf(0.15f);
+    q[40] = logf(0.05f);
+    struct {
+        float top_p;
+        int allowed;
+    } pc[] = {{0.7f, 2}, {0.79f, 2}, {0.81f, 3}, {0.3f, 1}, {1.0f, 4}};
+    for (size_t c = 0; c < sizeof pc / sizeof pc[0]; c++) {
+        ifl_sampling tp = {.temperature = 1, .top_k = 0, .top_p = pc[c].top_p};
+        int hit[4] = {0};
+        for (int d = 0; d < 20000; d++) {
+            int id = ifl_sample(&s, q, &tp, &rng);
+            CHECK(id == 10 || id == 20 || id == 30 || id == 40);
+            hit[id / 10 - 1]++;
+        }
+        int used = 0;
+        for (int i = 0; i < 4; i++)
+            used += hit[i] > 0;
+        CHECKF(used == pc[c].allowed, "top_p %.2f: %d tokens drawn, want %d", pc[c].top_p, used,
+               pc[c].allowed);
+    }
+    /* top-p over a large vocabulary goes through the threshold prefilter: same support as a sort.
+     */
+    {
+        ifl_sampler big;
+        int32_t BV = 50257;
+        ifl_sampler_init(&big, BV, &err);
+        float *bl = malloc((size_t)BV * sizeof *bl);
+        for (int i = 0; i < BV; i++)
+            bl[i] = (float)ifl_rng_normal(&rng) * 3;
+        ifl_sampling tp = {.temperature = 1, .top_k = 0, .top_p = 0.9f};
+        for (int d = 0; d < 200; d++) {
+            int id = ifl_sample(&big, bl, &tp, &rng);
+            /* every drawn id must have probability at least the nucleus's smallest: check that the
+             * mass of strictly larger logits is below top_p */
+            double zz = 0, above = 0;
+            float mx = -1e30f;
+            for (int i = 0; i < BV; i++)
+                mx = bl[i] > mx ? bl[i] : mx;
+            for (int i = 0; i < BV; i++) {
+                double e = exp((double)bl[i] - mx);
+                zz += e;
+                if (bl[i] > bl[id])
+                    above += e;
+            }
+            CHECKF(above / zz < 0.9 + 1e-6, "drew id %d outside the 0.9 nucleus (mass above %.4f)",
+                   id, above / zz);
+        }
+        free(bl);
+        ifl_sampler_free(&big);
+    }
+
+    /* Seeds: reproducible, and different seeds differ. */
+    ifl_sampling samp = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f};
+    int a[64], b[64], c2[64];
+    ifl_rng r1, r2, r3;
+    ifl_rng_seed(&r1, 7);
+    ifl_rng_seed(&r2, 7);
+    ifl_rng_seed(&r3, 8);
+    for (int i = 0; i < 64; i++) {
+        a[i] = ifl_sample(&s, logits, &samp, &r1);
+        b[i] = ifl_sample(&s, logits, &samp, &r2);
+        c2[i] = ifl_sample(&s, logits, &samp, &r3);
+    }
+    CHECK(!memcmp(a, b, sizeof a));
+    CHECK(memcmp(a, c2, sizeof a) != 0);
+
+    /* Validation */
+    ifl_sampling badp[] = {{-1, 0, 1}, {0.5f, -2, 1}, {0.5f, 0, 0}, {0.5f, 0, 1.5f}, {1e9f, 0, 1}};
+    for (size_t i = 0; i < sizeof badp / sizeof badp[0]; i++) {
+        CHECK(ifl_sampling_validate(&badp[i], &err) != 0);
+        printf("rejected: %s\n", err.msg);
+    }
+    ifl_sampler_free(&s);
+
+    /* KV pool accounting */
+    ifl_kv_pool pool;
+    CHECK(ifl_kv_pool_init(&pool, 10, 4, &err) == 0);
+    ifl_kv_seq x = {0}, y = {0};
+    CHECK(ifl_kv_seq_reserve(&x, &pool, 9) == 0 && x.n_blocks == 3); /* 9 tokens: 3 blocks */
+    CHECK(ifl_kv_seq_reserve(&x, &pool, 12) == 0 && x.n_blocks == 3);
+    CHECK(ifl_kv_seq_reserve(&y, &pool, 29) == -1 && y.n_blocks == 0); /* 8 blocks, 7 free */
+    CHECK(ifl_kv_seq_reserve(&y, &pool, 28) == 0 && y.n_blocks == 7);
+    CHECK(ifl_kv_pool_used(&pool) == 10);
+    CHECK(ifl_kv_seq_reserve(&x, &pool, 13) == -1 && x.n_blocks == 3); /* full: nothing changes */
+    CHECK(ifl_kv_pool_used(&pool) == 10);
+    ifl_kv_seq_release(&y, &pool);
+    CHECK(ifl_kv_pool_used(&pool) == 3);
+    CHECK(ifl_kv_seq_reserve(&x, &pool, 40) == 0 && x.n_blocks == 10);
+    int dup = 0;
+    for (int i = 0; i < 10; i++)
+        for (int j = i + 1; j < 10; j++)
+            dup += x.blocks[i] == x.blocks[j];
+    CHECK(dup == 0);
+    ifl_kv_seq_free(&x, &pool);
+    ifl_kv_seq_free(&y, &pool);
+    CHECK(ifl_kv_pool_used(&pool) == 0);
+    CHECK(ifl_kv_pool_init(&pool, 0, 4, &err) != 0);
+    ifl_kv_pool_free(&pool);
+    return test_finish("test_sampler");
+}
