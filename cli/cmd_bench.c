@@ -8,6 +8,8 @@
 
 #include "backend.h"
 #include "cli.h"
+#include "cpu_kernels.h"
+#include "threadpool.h"
 #include "kv.h"
 #include "make_model.h"
 #include "rng.h"
@@ -323,6 +325,17 @@ int cmd_bench(int argc, char **argv)
     be->ops->describe(be, desc, sizeof desc);
     printf("inflight bench --engine: %s: %d layers, %d heads, %d wide, vocab %d\n  %s\n", dir,
            model.cfg.n_layer, model.cfg.n_head, model.cfg.n_embd, model.cfg.n_vocab, desc);
+    /* The memory floor of a decode step: every weight read once (wpe: one row) plus the KV of every
+     * sequence, at the read bandwidth measured now (this machine's varies run to run). */
+    ifl_threadpool *probe_tp = ifl_threadpool_new(threads > 0 ? threads : ifl_n_cores());
+    double gbs = probe_tp ? ifl_memory_read_gbs(probe_tp, (size_t)512 << 20, 5) : 0;
+    ifl_threadpool_free(probe_tp);
+    const ifl_config *mc = &model.cfg;
+    double wbytes = (double)model.weight_bytes -
+                    (double)mc->n_ctx * mc->n_embd * (double)ifl_dtype_size(model.wpe.dtype);
+    double kv_per_tok = (double)mc->n_layer * 2 * mc->n_embd * 4;
+    printf("  memory read bandwidth now: %.1f GB/s; weights read per step: %.1f MB\n", gbs,
+           wbytes / 1e6);
     for (int i = 0; i < n_batches; i++) {
         int32_t B = batches[i];
         int32_t st = steps ? steps : (B == 1 ? 64 : 32);
@@ -331,8 +344,12 @@ int cmd_bench(int argc, char **argv)
             fprintf(stderr, "inflight bench: batch %d: %s\n", B, err.msg);
             goto out;
         }
-        printf("  decode  batch %4d: %8.2f ms/step  %8.1f tok/s  (%d steps)\n", B, sps * 1e3,
-               B / sps, st);
+        /* mean context over the timed steps: prompt + warm-up + half the steps */
+        double ctx = BENCH_PROMPT + 2 + st / 2.0;
+        double floor_ms = gbs > 0 ? (wbytes + B * ctx * kv_per_tok) / (gbs * 1e9) * 1e3 : 0;
+        printf("  decode  batch %4d: %8.2f ms/step  %8.1f tok/s  (%d steps; memory floor %.2f ms, "
+               "%.0f%% of it)\n",
+               B, sps * 1e3, B / sps, st, floor_ms, floor_ms > 0 ? 100.0 * floor_ms / (sps * 1e3) : 0);
         fflush(stdout);
     }
     if (prefill > 0) {

@@ -6,6 +6,10 @@
 
 #include <math.h>
 #include <string.h>
+#include <sys/mman.h>
+
+#include "threadpool.h"
+#include "util.h"
 
 #ifdef INFLIGHT_HAVE_BLAS
 #include <cblas.h>
@@ -595,8 +599,9 @@ static void matmul_rows(const ifl_matmul_args *a, int ith, int nth)
     memset(part, 0, (size_t)a->M * (size_t)ldp * sizeof *part);
     if (k0 >= k1)
         return;
-    size_t es = ifl_dtype_size(W->dtype);
-    const void *Wk = (const char *)W->data + (size_t)k0 * N * es;
+#ifdef IFL_AVX512
+    const void *Wk = (const char *)W->data + (size_t)k0 * N * ifl_dtype_size(W->dtype);
+#endif
     for (int32_t m0 = 0; m0 < a->M; m0 += 4) {
         int M = a->M - m0 < 4 ? (int)(a->M - m0) : 4;
         float *acc = part + (size_t)m0 * ldp;
@@ -801,4 +806,60 @@ void ifl_matmul_finish_thread(const ifl_matmul_args *a, int ith, int nth)
 {
     if (a->mode == MM_ROWS)
         matmul_rows_finish(a, ith, nth);
+}
+
+/* ---- memory bandwidth probe ------------------------------------------------------------------ */
+
+typedef struct {
+    const float *p;
+    size_t n;
+    float sums[64];
+} probe_ctx;
+
+static void probe_task(void *c_, int ith, int nth)
+{
+    probe_ctx *c = c_;
+    size_t per = c->n / (size_t)nth / 64 * 64;
+    const float *p = c->p + per * (size_t)ith;
+    float s = 0;
+#ifdef IFL_AVX512
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = 0; i < per; i += 64) {
+        if (i + 1024 < per)
+            for (int j = 0; j < 64; j += 16)
+                PREFETCH(p + i + 1024 + j);
+        a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
+        a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
+        a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
+        a3 = _mm512_add_ps(a3, _mm512_load_ps(p + i + 48));
+    }
+    s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+#else
+    for (size_t i = 0; i < per; i += 16) /* one load per cache line suffices to stream it */
+        s += p[i];
+#endif
+    c->sums[ith % 64] = s;
+}
+
+double ifl_memory_read_gbs(ifl_threadpool *tp, size_t bytes, int reps)
+{
+    float *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return 0;
+#ifdef MADV_HUGEPAGE
+    madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+    size_t n = bytes / sizeof(float);
+    for (size_t i = 0; i < n; i++)
+        p[i] = 1.0f;
+    probe_ctx c = {.p = p, .n = n};
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double t = ifl_now_s();
+        ifl_threadpool_run(tp, probe_task, &c);
+        t = ifl_now_s() - t;
+        best = t < best ? t : best;
+    }
+    munmap(p, bytes);
+    return (double)(n / 64 * 64) * sizeof(float) / best / 1e9;
 }

@@ -50,6 +50,13 @@ void ifl_matmul_finish_thread(const ifl_matmul_args *a, int ith, int nth);
 /* Rows at or below which the streaming kernels beat sgemm for this dtype (no BLAS: always). */
 int32_t ifl_matmul_default_gemv_rows(ifl_dtype dt);
 
+/* Streaming read bandwidth of this machine right now, in GB/s: the best of `reps` passes over a
+ * fresh `bytes`-sized buffer split across the pool's threads (the access pattern of the decode
+ * kernels: sequential, with software prefetch). For judging decode figures against the memory
+ * floor; returns 0 if the buffer cannot be allocated. */
+struct ifl_threadpool;
+double ifl_memory_read_gbs(struct ifl_threadpool *tp, size_t bytes, int reps);
+
 /* out (C) = LayerNorm(x (C)) * w + b. */
 void ifl_layernorm(float *out, const float *x, const float *w, const float *b, int32_t C,
                    float eps);

@@ -122,7 +122,7 @@ int main(void)
     static const int32_t shapes[][2] = {{64, 192}, {96, 40},  {120, 360},
                                         {37, 53},  {768, 33}, {5, 7}};
     int n_cases = 0;
-    for (int nth = 1; nth <= 3; nth += 2) {
+    for (int nth = test_quick() ? 3 : 1; nth <= 3; nth += 2) {
         ifl_threadpool *tp = ifl_threadpool_new(nth);
         for (int dt = 0; dt < 3; dt++)
             for (int nk = 0; nk < 2; nk++)

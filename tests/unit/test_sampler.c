@@ -48,7 +48,7 @@ int main(void)
     for (int i = 0; i < 5; i++)
         z += p[i] = exp(l5[i] / 0.7);
     ifl_sampling t07 = {.temperature = 0.7f, .top_k = 0, .top_p = 1};
-    int counts[5] = {0}, outside = 0, N = 200000;
+    int counts[5] = {0}, outside = 0, N = test_quick() ? 20000 : 200000;
     for (int d = 0; d < N; d++) {
         int id = ifl_sample(&s, small, &t07, &rng);
         if (id >= 100 && id < 105)
@@ -91,7 +91,7 @@ int main(void)
     for (size_t c = 0; c < sizeof pc / sizeof pc[0]; c++) {
         ifl_sampling tp = {.temperature = 1, .top_k = 0, .top_p = pc[c].top_p};
         int hit[4] = {0};
-        for (int d = 0; d < 20000; d++) {
+        for (int d = 0; d < (test_quick() ? 2000 : 20000); d++) {
             int id = ifl_sample(&s, q, &tp, &rng);
             CHECK(id == 10 || id == 20 || id == 30 || id == 40);
             hit[id / 10 - 1]++;
@@ -112,7 +112,7 @@ int main(void)
         for (int i = 0; i < BV; i++)
             bl[i] = (float)ifl_rng_normal(&rng) * 3;
         ifl_sampling tp = {.temperature = 1, .top_k = 0, .top_p = 0.9f};
-        for (int d = 0; d < 200; d++) {
+        for (int d = 0; d < (test_quick() ? 20 : 200); d++) {
             int id = ifl_sample(&big, bl, &tp, &rng);
             /* every drawn id must have probability at least the nucleus's smallest: check that the
              * mass of strictly larger logits is below top_p */
@@ -178,7 +178,7 @@ int main(void)
     ifl_kv_seq_free(&x, &pool);
     ifl_kv_seq_free(&y, &pool);
     CHECK(ifl_kv_pool_used(&pool) == 0);
-    CHECK(ifl_kv_pool_init(&pool, 0, 4, &err) != 0);
     ifl_kv_pool_free(&pool);
+    CHECK(ifl_kv_pool_init(&pool, 0, 4, &err) != 0);
     return test_finish("test_sampler");
 }

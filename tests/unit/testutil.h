@@ -11,6 +11,13 @@
 
 static int test_failures;
 
+/* IFL_TEST_QUICK=1 (set for the valgrind runs): the same code paths with smaller loops. */
+static inline int test_quick(void)
+{
+    const char *q = getenv("IFL_TEST_QUICK");
+    return q && *q && strcmp(q, "0");
+}
+
 #define CHECK(cond)                                                                                \
     do {                                                                                           \
         if (!(cond)) {                                                                             \
