@@ -228,7 +228,7 @@ int cmd_bench(int argc, char **argv)
     int32_t threads = 0, steps = 0, prefill = 512, repeat = 3;
     int32_t batches[32] = {1, 8, 64};
     int n_batches = 3;
-    ifl_model_opts mo = {0};
+    ifl_model_opts mo = {.cpu_layout = 1};
     optind = 1;
     opterr = 0;
     int c;
@@ -349,7 +349,8 @@ int cmd_bench(int argc, char **argv)
         double floor_ms = gbs > 0 ? (wbytes + B * ctx * kv_per_tok) / (gbs * 1e9) * 1e3 : 0;
         printf("  decode  batch %4d: %8.2f ms/step  %8.1f tok/s  (%d steps; memory floor %.2f ms, "
                "%.0f%% of it)\n",
-               B, sps * 1e3, B / sps, st, floor_ms, floor_ms > 0 ? 100.0 * floor_ms / (sps * 1e3) : 0);
+               B, sps * 1e3, B / sps, st, floor_ms,
+               floor_ms > 0 ? 100.0 * floor_ms / (sps * 1e3) : 0);
         fflush(stdout);
     }
     if (prefill > 0) {

@@ -81,7 +81,7 @@ int cmd_generate(int argc, char **argv)
     int32_t top_k = 40;
     uint64_t seed = (uint64_t)time(NULL);
     int ignore_eos = 0, print_ids = 0, special = 0;
-    ifl_model_opts mo = {0};
+    ifl_model_opts mo = {.cpu_layout = 1};
     optind = 1;
     opterr = 0;
     int c;

@@ -39,6 +39,11 @@ typedef struct {
     ifl_threadpool *tp;
     int nth;
     int32_t L, H, D, C, F, V, P, BS;
+    ifl_layer *layers; /* (L) the model's layers, matrices in panel layouts */
+    ifl_mat lm_head;   /* (V, C) in IFL_LAYOUT_NK4 */
+    void *packed;      /* matrices this backend repacked itself (model loaded without
+                          cpu_layout), else NULL */
+    size_t packed_bytes;
     float *kv; /* (blocks, L, 2, H, D*BS) */
     size_t kv_bytes;
     size_t block_floats; /* L * 2 * H * D * BS */
@@ -85,12 +90,9 @@ static void task_embed(void *ctx, int ith, int nth)
     for (int32_t t = ith; t < be->batch->n_tokens; t += nth) {
         float *x = be->x + (size_t)t * C;
         int32_t tok = be->batch->tokens[t], pos = be->tok_pos[t];
-        size_t es = ifl_dtype_size(m->wte.dtype), ps = ifl_dtype_size(m->wpe.dtype);
-        ifl_convert_to_f32(x, m->wte.dtype, (const char *)m->wte.data + (size_t)tok * C * es,
-                           (size_t)C);
+        ifl_mat_row_f32(&m->wte, tok, x);
         float *tmp = be->att + (size_t)t * C; /* att is free at this point */
-        ifl_convert_to_f32(tmp, m->wpe.dtype, (const char *)m->wpe.data + (size_t)pos * C * ps,
-                           (size_t)C);
+        ifl_mat_row_f32(&m->wpe, pos, tmp);
         for (int32_t i = 0; i < C; i++)
             x[i] += tmp[i];
     }
@@ -241,7 +243,8 @@ static void run_matmul(cpu_backend *be, float *y, const float *x, int32_t M, con
         .max_m = be->mm_max_m,
         .gemv_max_rows = be->gemv_rows[W->dtype],
     };
-    ifl_matmul_plan(&be->mm);
+    if (ifl_matmul_plan(&be->mm)) /* adopt_weights guarantees the layouts */
+        abort();
     ifl_threadpool_run(be->tp, task_matmul, be);
     if (ifl_matmul_needs_finish(&be->mm))
         ifl_threadpool_run(be->tp, task_matmul_finish, be);
@@ -276,7 +279,7 @@ static int cpu_step(ifl_backend *base, const ifl_batch *b, float *logits, ifl_er
     ifl_threadpool_run(be->tp, task_embed, be);
     PHASE(PH_EMBED);
     for (int32_t l = 0; l < be->L; l++) {
-        const ifl_layer *ly = &m->layers[l];
+        const ifl_layer *ly = &be->layers[l];
         be->layer = l;
         run_layernorm(be, be->xn, be->x, ly->ln1_w, ly->ln1_b, T, NULL);
         PHASE(PH_LN);
@@ -298,7 +301,7 @@ static int cpu_step(ifl_backend *base, const ifl_batch *b, float *logits, ifl_er
     }
     run_layernorm(be, be->xf, be->x, m->lnf_w, m->lnf_b, S, be->last_tok);
     PHASE(PH_LN);
-    run_matmul(be, logits, be->xf, S, &m->lm_head, 1, NULL, 0, IFL_ACT_NONE);
+    run_matmul(be, logits, be->xf, S, &be->lm_head, 1, NULL, 0, IFL_ACT_NONE);
     PHASE(PH_HEAD);
 #undef PHASE
     be->prof_steps++;
@@ -322,6 +325,9 @@ static void cpu_free(ifl_backend *base)
                     be->prof[i] * 1e3 / (double)be->prof_steps, 100.0 * be->prof[i] / total);
     }
     ifl_threadpool_free(be->tp);
+    if (be->packed)
+        munmap(be->packed, be->packed_bytes);
+    free(be->layers);
     if (be->kv)
         munmap(be->kv, be->kv_bytes);
     free(be->arena);
@@ -340,6 +346,66 @@ static void cpu_describe(const ifl_backend *base, char *buf, int cap)
 #endif
              ifl_model_dtype_name(base->model), base->params.kv_blocks, base->params.kv_block_size,
              (double)be->kv_bytes / (1024.0 * 1024.0));
+}
+
+/* The matrices in the panel layouts the decode kernels read (tensor.h): taken as they are when the
+ * model was loaded with cpu_layout, else repacked once into memory of the backend's own. */
+static int adopt_weights(cpu_backend *be, const ifl_model *m, ifl_err *err)
+{
+    be->layers = malloc((size_t)be->L * sizeof *be->layers);
+    if (!be->layers)
+        return ifl_err_set(err, "out of memory");
+    memcpy(be->layers, m->layers, (size_t)be->L * sizeof *be->layers);
+    be->lm_head = m->lm_head;
+    ifl_mat *mats[4 * 512 + 1];
+    ifl_layout want[4 * 512 + 1];
+    int n = 0;
+    for (int32_t l = 0; l < be->L; l++) {
+        ifl_layer *ly = &be->layers[l];
+        ifl_mat *kn[4] = {&ly->qkv_w, &ly->attn_proj_w, &ly->fc_w, &ly->mlp_proj_w};
+        for (int i = 0; i < 4; i++) {
+            mats[n] = kn[i];
+            want[n++] = IFL_LAYOUT_KN8;
+        }
+    }
+    mats[n] = &be->lm_head;
+    want[n++] = IFL_LAYOUT_NK4;
+    size_t bytes = 0;
+    for (int i = 0; i < n; i++)
+        if (mats[i]->layout != want[i])
+            bytes += (ifl_layout_elems(want[i], mats[i]->dtype, mats[i]->rows, mats[i]->cols) *
+                          ifl_dtype_size(mats[i]->dtype) +
+                      63) &
+                     ~(size_t)63;
+    if (!bytes)
+        return 0;
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return ifl_err_set(err,
+                           "cannot allocate %.1f MiB to repack the weights (load the model "
+                           "with cpu_layout to avoid the copy)",
+                           (double)bytes / (1 << 20));
+#ifdef MADV_HUGEPAGE
+    madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+    be->packed = p;
+    be->packed_bytes = bytes;
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        if (mats[i]->layout == want[i])
+            continue;
+        char *dst = (char *)p + off;
+        ifl_mat_repack(dst, want[i], mats[i]->dtype, mats[i]);
+        if (mats[i]->layout == IFL_LAYOUT_ROWS)
+            mats[i]->rows_data = mats[i]->data; /* still there: sgemm may use it */
+        off += (ifl_layout_elems(want[i], mats[i]->dtype, mats[i]->rows, mats[i]->cols) *
+                    ifl_dtype_size(mats[i]->dtype) +
+                63) &
+               ~(size_t)63;
+        mats[i]->layout = want[i];
+        mats[i]->data = dst;
+    }
+    return 0;
 }
 
 static const ifl_backend_ops cpu_ops = {
@@ -379,6 +445,8 @@ ifl_backend *ifl_cpu_backend_new(const ifl_model *m, const ifl_backend_params *p
 #ifdef INFLIGHT_HAVE_BLAS
     openblas_set_num_threads(1); /* our pool provides the parallelism */
 #endif
+    if (adopt_weights(be, m, err))
+        goto fail;
     be->block_floats = (size_t)be->L * 2 * be->H * be->D * be->BS;
     be->kv_bytes = (size_t)p->kv_blocks * be->block_floats * sizeof(float);
     void *kv = mmap(NULL, be->kv_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

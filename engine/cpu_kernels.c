@@ -163,19 +163,27 @@ void ifl_layernorm(float *out, const float *x, const float *w, const float *b, i
 /* ---- matrix products ------------------------------------------------------------------------- *
  *
  * Three ways, chosen per call by ifl_matmul_plan:
- *   MM_BLAS     (M > gemv_max_rows): each thread runs single-threaded sgemm on a slice of the N
- *               columns; 16-bit weights are widened to f32 one cache-sized block at a time.
- *   MM_ROWS     (few rows, W is (K, N)): each thread streams a contiguous band of W's K rows, every
- *               row read once, into its own (M, N) partial sums; ifl_matmul_finish adds the
- * partials, the bias and the activation. Long sequential streams keep DRAM busy. MM_NK       (few
- * rows, W is (N, K)): each thread takes a slice of W's rows (dot products). Scratch per thread:
- * [partials: max_m x ldp(max_n)] [x permuted: 4 x max_k] [widened block]. */
+ *   MM_BLAS (M > gemv_max_rows): each thread runs single-threaded sgemm on a slice of the N
+ *           outputs; weights that are not row-major f32 are unpacked to f32 one cache-sized block
+ *           at a time.
+ *   MM_KN   (few rows, W (K, N) in IFL_LAYOUT_KN8): each thread streams a contiguous band of W's
+ *           8-row panels, every weight read once and in address order, into private (M, N)
+ *           partial sums; ifl_matmul_finish_thread adds the partials, the bias and the activation.
+ *   MM_NK   (few rows, W (N, K) in IFL_LAYOUT_NK4, the tied lm_head): dot products, each thread
+ *           a contiguous range of 4-row panels.
+ * 16-bit weights: a 64-byte panel row holds 32 of them. bf16 is widened without shuffles: shifting
+ * left by 16 gives the even elements, masking the high halves the odd ones, so the KN accumulators
+ * hold each 32-column block as [16 even | 16 odd] (unpermute32 restores the order at the end) and
+ * the NK kernel takes x permuted the same way. f16 uses vcvtph2ps on each 32-byte half.
+ * Scratch per thread: [partials: max_m x pad32(max_n)] [x padded: 4 x pad32(max_k)] [f32 block]. */
 
 enum {
     MM_BLAS = 0,
-    MM_ROWS = 1,
+    MM_KN = 1,
     MM_NK = 2,
-    CONV_FLOATS = 256 * 1024, /* 1 MiB of f32: a widened weight block for sgemm */
+    CONV_FLOATS = 1024 * 1024, /* 4 MiB of f32: an unpacked weight block for sgemm (OpenBLAS packs
+                                  it again; large blocks keep its calls efficient) */
+    PF_BYTES = 2048,           /* software prefetch distance of the streaming kernels */
 };
 
 static inline int32_t pad32(int32_t n)
@@ -186,13 +194,13 @@ static inline int32_t pad32(int32_t n)
 static size_t partial_floats(const ifl_matmul_args *a)
 {
     size_t p = (size_t)a->max_m * (size_t)pad32(a->max_n);
-    return p > 4096 ? p : 4096; /* also the NK path's accumulate chunk (4 x 1024) */
+    return (p + 15) & ~(size_t)15;
 }
 
 size_t ifl_matmul_scratch_floats(int32_t max_k, int32_t max_n, int32_t max_m)
 {
     ifl_matmul_args a = {.max_m = max_m, .max_n = max_n};
-    size_t conv = CONV_FLOATS > (size_t)max_k * 16 ? CONV_FLOATS : (size_t)max_k * 16;
+    size_t conv = CONV_FLOATS > (size_t)pad32(max_k) * 32 ? CONV_FLOATS : (size_t)pad32(max_k) * 32;
     size_t n = partial_floats(&a) + 4 * (size_t)pad32(max_k) + conv;
     return (n + 15) & ~(size_t)15;
 }
@@ -211,13 +219,13 @@ static inline float *thread_scratch(const ifl_matmul_args *a, int ith)
 {
     return a->scratch + a->scratch_floats * (size_t)ith;
 }
-static inline float *thread_xperm(const ifl_matmul_args *a, int ith)
+static inline float *thread_xpad(const ifl_matmul_args *a, int ith)
 {
     return thread_scratch(a, ith) + partial_floats(a);
 }
 static inline float *thread_conv(const ifl_matmul_args *a, int ith)
 {
-    return thread_xperm(a, ith) + 4 * (size_t)pad32(a->max_k);
+    return thread_xpad(a, ith) + 4 * (size_t)pad32(a->max_k);
 }
 
 /* Bias and activation over rows 0..M-1, columns [n0, n1) of y. */
@@ -235,7 +243,7 @@ static void epilogue(const ifl_matmul_args *a, int32_t N, int32_t n0, int32_t n1
     }
 }
 
-/* [c0, c1) of n columns for thread ith, in multiples of `align`. */
+/* [c0, c1) of n items for thread ith, in multiples of `align`. */
 static void split(int32_t n, int ith, int nth, int32_t align, int32_t *c0, int32_t *c1)
 {
     int32_t per = (n + nth - 1) / nth;
@@ -244,417 +252,257 @@ static void split(int32_t n, int ith, int nth, int32_t align, int32_t *c0, int32
     *c1 = *c0 + per < n ? *c0 + per : n;
 }
 
+/* x rows (M, ldx), K values each, copied into xp (M, KB * CW) zero padded; bf16 also permuted into
+ * [16 even | 16 odd] order per 32 elements (what the bf16 NK kernel multiplies against). */
+static void pad_x(float *xp, const float *x, int M, int32_t ldx, int32_t K, int32_t KBCW, int bf16)
+{
+    for (int m = 0; m < M; m++) {
+        float *d = xp + (size_t)m * KBCW;
+        const float *s = x + (size_t)m * ldx;
+        if (!bf16) {
+            memcpy(d, s, (size_t)K * sizeof *d);
+            memset(d + K, 0, (size_t)(KBCW - K) * sizeof *d);
+            continue;
+        }
+        for (int32_t k = 0; k < KBCW; k += 32)
+            for (int i = 0; i < 16; i++) {
+                d[k + i] = k + 2 * i < K ? s[k + 2 * i] : 0.0f;
+                d[k + 16 + i] = k + 2 * i + 1 < K ? s[k + 2 * i + 1] : 0.0f;
+            }
+    }
+}
+
 #ifdef IFL_AVX512
-static inline __mmask16 mask16(int32_t left)
+/* One 64-byte panel row as f32: v0 = elements 0..15 (f32: all 16), v1 = 16..31 for f16, and for
+ * bf16 v0 = the even elements, v1 = the odd ones. */
+ALWAYS_INLINE void load_panel_row(const char *p, const ifl_dtype dt, __m512 *v0, __m512 *v1)
 {
-    return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
-}
-static inline __mmask32 mask32(int32_t left)
-{
-    return left >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << left) - 1);
-}
-
-/* 16 weights at element index i as f32. */
-ALWAYS_INLINE __m512 load_w16(const void *base, size_t i, ifl_dtype dt, __mmask16 m)
-{
-    if (dt == IFL_DTYPE_F32)
-        return _mm512_maskz_loadu_ps(m, (const float *)base + i);
-    __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)base + i);
-    if (dt == IFL_DTYPE_F16)
-        return _mm512_cvtph_ps(h);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
-/* acc (M, lda) += x (M, ldx)[:, 0:K] @ W (K rows of N elements); f32 or f16 weights. Rows of W are
- * consumed 4 at a time, each read exactly once, front to back. */
-ALWAYS_INLINE void kn_rows(float *acc, int32_t lda, const float *x, int32_t ldx, int32_t K,
-                           const void *W, int32_t N, const int M, const ifl_dtype dt)
-{
-    size_t es = ifl_dtype_size(dt);
-    int32_t k = 0;
-    for (; k + 4 <= K; k += 4) {
-        __m512 xb[4][4];
-        for (int m = 0; m < M; m++)
-            for (int r = 0; r < 4; r++)
-                xb[m][r] = _mm512_set1_ps(x[(size_t)m * ldx + k + r]);
-        size_t row = (size_t)k * N;
-        int pf = k + 8 <= K;
-        for (int32_t j = 0; j < N; j += 16) {
-            __mmask16 mk = mask16(N - j);
-            if (pf && ((size_t)j * es) % 64 == 0) {
-                const char *b = (const char *)W + (row + (size_t)j) * es;
-                size_t rb = (size_t)N * es;
-                PREFETCH(b + 4 * rb);
-                PREFETCH(b + 5 * rb);
-                PREFETCH(b + 6 * rb);
-                PREFETCH(b + 7 * rb);
-            }
-            __m512 w0 = load_w16(W, row + (size_t)j, dt, mk);
-            __m512 w1 = load_w16(W, row + (size_t)N + (size_t)j, dt, mk);
-            __m512 w2 = load_w16(W, row + 2 * (size_t)N + (size_t)j, dt, mk);
-            __m512 w3 = load_w16(W, row + 3 * (size_t)N + (size_t)j, dt, mk);
-            for (int m = 0; m < M; m++) {
-                float *ap = acc + (size_t)m * lda + j;
-                __m512 v = _mm512_load_ps(ap);
-                v = _mm512_fmadd_ps(xb[m][0], w0, v);
-                v = _mm512_fmadd_ps(xb[m][1], w1, v);
-                v = _mm512_fmadd_ps(xb[m][2], w2, v);
-                v = _mm512_fmadd_ps(xb[m][3], w3, v);
-                _mm512_store_ps(ap, v);
-            }
-        }
-    }
-    for (; k < K; k++) {
-        size_t row = (size_t)k * N;
-        for (int32_t j = 0; j < N; j += 16) {
-            __m512 w0 = load_w16(W, row + (size_t)j, dt, mask16(N - j));
-            for (int m = 0; m < M; m++) {
-                float *ap = acc + (size_t)m * lda + j;
-                _mm512_store_ps(ap, _mm512_fmadd_ps(_mm512_set1_ps(x[(size_t)m * ldx + k]), w0,
-                                                    _mm512_load_ps(ap)));
-            }
-        }
+    if (dt == IFL_DTYPE_F32) {
+        *v0 = _mm512_load_ps((const float *)p);
+    } else if (dt == IFL_DTYPE_F16) {
+        *v0 = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)p));
+        *v1 = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(p + 32)));
+    } else {
+        __m512i v = _mm512_load_si512(p);
+        *v0 = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+        *v1 = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xffff0000u)));
     }
 }
 
-/* kn_rows for a single row of x (f32 or f16 weights), 8 rows of W per pass: more streams in
- * flight and half the accumulator traffic. */
-ALWAYS_INLINE void kn_rows_m1(float *acc, const float *x, int32_t K, const void *W, int32_t N,
+/* acc (M, lda) += x (M, ldx) @ W for the 8-row panels kb0..kb1 of a KN8 matrix with K rows and
+ * NB panel columns. Each 512-byte block (8 rows x 64 bytes) is read once, in address order. */
+ALWAYS_INLINE void kn8_panels(float *acc, int32_t lda, const float *x, int32_t ldx, int32_t K,
+                              int32_t kb0, int32_t kb1, const void *W, int32_t NB, const int M,
                               const ifl_dtype dt)
 {
-    size_t es = ifl_dtype_size(dt);
-    int32_t k = 0;
-    for (; k + 8 <= K; k += 8) {
-        __m512 xb[8];
-        for (int r = 0; r < 8; r++)
-            xb[r] = _mm512_set1_ps(x[k + r]);
-        size_t row = (size_t)k * N;
-        int pf = k + 16 <= K;
-        for (int32_t j = 0; j < N; j += 16) {
-            __mmask16 mk = mask16(N - j);
-            __m512 v = _mm512_load_ps(acc + j), v2 = _mm512_setzero_ps();
-            int pf_here = pf && ((size_t)j * es) % 64 == 0;
-            for (int r = 0; r < 8; r += 2) {
-                if (pf_here) {
-                    PREFETCH((const char *)W + (row + (size_t)(r + 8) * N + (size_t)j) * es);
-                    PREFETCH((const char *)W + (row + (size_t)(r + 9) * N + (size_t)j) * es);
-                }
-                v = _mm512_fmadd_ps(xb[r], load_w16(W, row + (size_t)r * N + (size_t)j, dt, mk), v);
-                v2 = _mm512_fmadd_ps(
-                    xb[r + 1], load_w16(W, row + (size_t)(r + 1) * N + (size_t)j, dt, mk), v2);
+    const int cw = dt == IFL_DTYPE_F32 ? 16 : 32, halves = dt == IFL_DTYPE_F32 ? 1 : 2;
+    const size_t blk_bytes = 512;
+    for (int32_t kb = kb0; kb < kb1; kb++) {
+        float xs[4][8];
+        for (int m = 0; m < M; m++)
+            for (int r = 0; r < 8; r++) {
+                int32_t k = kb * 8 + r;
+                xs[m][r] = k < K ? x[(size_t)m * ldx + k] : 0.0f;
             }
-            _mm512_store_ps(acc + j, _mm512_add_ps(v, v2));
+        const char *panel = (const char *)W + (size_t)kb * NB * blk_bytes;
+        for (int32_t jb = 0; jb < NB; jb++) {
+            const char *blk = panel + (size_t)jb * blk_bytes;
+            for (int l = 0; l < 8; l++)
+                PREFETCH(blk + PF_BYTES + 64 * l);
+            __m512 a[4][2], b[4][2]; /* two chains per accumulator: even and odd rows */
+            for (int m = 0; m < M; m++)
+                for (int h = 0; h < halves; h++) {
+                    a[m][h] = _mm512_load_ps(acc + (size_t)m * lda + (size_t)jb * cw + 16 * h);
+                    b[m][h] = _mm512_setzero_ps();
+                }
+            for (int r = 0; r < 8; r++) {
+                __m512 v0, v1 = _mm512_setzero_ps();
+                load_panel_row(blk + 64 * r, dt, &v0, &v1);
+                for (int m = 0; m < M; m++) {
+                    __m512 xb = _mm512_set1_ps(xs[m][r]);
+                    if (r & 1) {
+                        b[m][0] = _mm512_fmadd_ps(xb, v0, b[m][0]);
+                        if (halves == 2)
+                            b[m][1] = _mm512_fmadd_ps(xb, v1, b[m][1]);
+                    } else {
+                        a[m][0] = _mm512_fmadd_ps(xb, v0, a[m][0]);
+                        if (halves == 2)
+                            a[m][1] = _mm512_fmadd_ps(xb, v1, a[m][1]);
+                    }
+                }
+            }
+            for (int m = 0; m < M; m++)
+                for (int h = 0; h < halves; h++)
+                    _mm512_store_ps(acc + (size_t)m * lda + (size_t)jb * cw + 16 * h,
+                                    _mm512_add_ps(a[m][h], b[m][h]));
         }
     }
-    if (k < K)
-        kn_rows(acc, 0, x + k, 0, K - k, (const char *)W + (size_t)k * N * es, N, 1, dt);
 }
 
-/* The bf16 version: 32 weights per 64-byte load, widened without cross-lane shuffles: even columns
- * are the low halves shifted up, odd ones the high halves masked. Each 32-column block of acc holds
- * [16 even | 16 odd] columns; unpermute32 restores the order. */
-ALWAYS_INLINE void kn_rows_bf16(float *acc, int32_t lda, const float *x, int32_t ldx, int32_t K,
-                                const void *W, int32_t N, const int M)
+/* y[m][n - g0 * 4] = x[m] . W[n] for the 4-row panels g0..g1 of an NK4 matrix (N rows, KB panel
+ * columns); xp is x padded (and for bf16 permuted) by pad_x, KB * CW floats per row. */
+ALWAYS_INLINE void nk4_panels(float *y, int32_t ldy, const float *xp, int32_t KB, const void *W,
+                              int32_t g0, int32_t g1, int32_t N, const int M, const ifl_dtype dt)
 {
-    const __m512i hi_mask = _mm512_set1_epi32((int)0xffff0000u);
-    const uint16_t *Wb = W;
-    int32_t k = 0;
-    for (; k + 4 <= K; k += 4) {
-        __m512 xb[4][4];
+    const int cw = dt == IFL_DTYPE_F32 ? 16 : 32, halves = dt == IFL_DTYPE_F32 ? 1 : 2;
+    const size_t blk_bytes = 256;
+    const size_t ldx = (size_t)KB * cw;
+    for (int32_t g = g0; g < g1; g++) {
+        const char *prow = (const char *)W + (size_t)g * KB * blk_bytes;
+        __m512 acc[4][4];
         for (int m = 0; m < M; m++)
             for (int r = 0; r < 4; r++)
-                xb[m][r] = _mm512_set1_ps(x[(size_t)m * ldx + k + r]);
-        const uint16_t *row = Wb + (size_t)k * N;
-        int pf = k + 8 <= K;
-        for (int32_t j = 0; j < N; j += 32) {
-            __mmask32 mk = mask32(N - j);
-            if (pf) { /* the next 4 rows at this column: hardware prefetch alone falls short */
-                PREFETCH(row + 4 * (size_t)N + j);
-                PREFETCH(row + 5 * (size_t)N + j);
-                PREFETCH(row + 6 * (size_t)N + j);
-                PREFETCH(row + 7 * (size_t)N + j);
+                acc[m][r] = _mm512_setzero_ps();
+        for (int32_t kb = 0; kb < KB; kb++) {
+            const char *blk = prow + (size_t)kb * blk_bytes;
+            for (int l = 0; l < 4; l++)
+                PREFETCH(blk + PF_BYTES + 64 * l);
+            __m512 w0[4], w1[4];
+            for (int r = 0; r < 4; r++) {
+                w1[r] = _mm512_setzero_ps();
+                load_panel_row(blk + 64 * r, dt, &w0[r], &w1[r]);
             }
-            __m512i v0 = _mm512_maskz_loadu_epi16(mk, row + j);
-            __m512i v1 = _mm512_maskz_loadu_epi16(mk, row + (size_t)N + j);
-            __m512i v2 = _mm512_maskz_loadu_epi16(mk, row + 2 * (size_t)N + j);
-            __m512i v3 = _mm512_maskz_loadu_epi16(mk, row + 3 * (size_t)N + j);
-            __m512 e0 = _mm512_castsi512_ps(_mm512_slli_epi32(v0, 16));
-            __m512 e1 = _mm512_castsi512_ps(_mm512_slli_epi32(v1, 16));
-            __m512 e2 = _mm512_castsi512_ps(_mm512_slli_epi32(v2, 16));
-            __m512 e3 = _mm512_castsi512_ps(_mm512_slli_epi32(v3, 16));
-            __m512 o0 = _mm512_castsi512_ps(_mm512_and_si512(v0, hi_mask));
-            __m512 o1 = _mm512_castsi512_ps(_mm512_and_si512(v1, hi_mask));
-            __m512 o2 = _mm512_castsi512_ps(_mm512_and_si512(v2, hi_mask));
-            __m512 o3 = _mm512_castsi512_ps(_mm512_and_si512(v3, hi_mask));
             for (int m = 0; m < M; m++) {
-                float *ap = acc + (size_t)m * lda + j;
-                __m512 ve = _mm512_load_ps(ap), vo = _mm512_load_ps(ap + 16);
-                ve = _mm512_fmadd_ps(xb[m][0], e0, ve);
-                vo = _mm512_fmadd_ps(xb[m][0], o0, vo);
-                ve = _mm512_fmadd_ps(xb[m][1], e1, ve);
-                vo = _mm512_fmadd_ps(xb[m][1], o1, vo);
-                ve = _mm512_fmadd_ps(xb[m][2], e2, ve);
-                vo = _mm512_fmadd_ps(xb[m][2], o2, vo);
-                ve = _mm512_fmadd_ps(xb[m][3], e3, ve);
-                vo = _mm512_fmadd_ps(xb[m][3], o3, vo);
-                _mm512_store_ps(ap, ve);
-                _mm512_store_ps(ap + 16, vo);
-            }
-        }
-    }
-    for (; k < K; k++) {
-        const uint16_t *row = Wb + (size_t)k * N;
-        for (int32_t j = 0; j < N; j += 32) {
-            __m512i v0 = _mm512_maskz_loadu_epi16(mask32(N - j), row + j);
-            __m512 e0 = _mm512_castsi512_ps(_mm512_slli_epi32(v0, 16));
-            __m512 o0 = _mm512_castsi512_ps(_mm512_and_si512(v0, hi_mask));
-            for (int m = 0; m < M; m++) {
-                float *ap = acc + (size_t)m * lda + j;
-                __m512 xv = _mm512_set1_ps(x[(size_t)m * ldx + k]);
-                _mm512_store_ps(ap, _mm512_fmadd_ps(xv, e0, _mm512_load_ps(ap)));
-                _mm512_store_ps(ap + 16, _mm512_fmadd_ps(xv, o0, _mm512_load_ps(ap + 16)));
-            }
-        }
-    }
-}
-
-/* kn_rows_bf16 for a single row of x, 8 rows of W per pass (more streams in flight, half the
- * accumulator traffic). */
-static void kn_rows_bf16_m1(float *acc, const float *x, int32_t K, const void *W, int32_t N)
-{
-    const __m512i hi_mask = _mm512_set1_epi32((int)0xffff0000u);
-    const uint16_t *Wb = W;
-    int32_t k = 0;
-    for (; k + 8 <= K; k += 8) {
-        __m512 xb[8];
-        for (int r = 0; r < 8; r++)
-            xb[r] = _mm512_set1_ps(x[k + r]);
-        const uint16_t *row = Wb + (size_t)k * N;
-        int pf = k + 16 <= K;
-        for (int32_t j = 0; j < N; j += 32) {
-            __mmask32 mk = mask32(N - j);
-            __m512 ve = _mm512_load_ps(acc + j), vo = _mm512_load_ps(acc + j + 16);
-            __m512 ve2 = _mm512_setzero_ps(), vo2 = _mm512_setzero_ps();
-            for (int r = 0; r < 8; r += 2) {
-                if (pf) {
-                    PREFETCH(row + (size_t)(r + 8) * N + j);
-                    PREFETCH(row + (size_t)(r + 9) * N + j);
+                const float *xv = xp + (size_t)m * ldx + (size_t)kb * cw;
+                __m512 x0 = _mm512_loadu_ps(xv);
+                __m512 x1 = halves == 2 ? _mm512_loadu_ps(xv + 16) : _mm512_setzero_ps();
+                for (int r = 0; r < 4; r++) {
+                    acc[m][r] = _mm512_fmadd_ps(x0, w0[r], acc[m][r]);
+                    if (halves == 2)
+                        acc[m][r] = _mm512_fmadd_ps(x1, w1[r], acc[m][r]);
                 }
-                __m512i v0 = _mm512_maskz_loadu_epi16(mk, row + (size_t)r * N + j);
-                __m512i v1 = _mm512_maskz_loadu_epi16(mk, row + (size_t)(r + 1) * N + j);
-                ve = _mm512_fmadd_ps(xb[r], _mm512_castsi512_ps(_mm512_slli_epi32(v0, 16)), ve);
-                vo = _mm512_fmadd_ps(xb[r], _mm512_castsi512_ps(_mm512_and_si512(v0, hi_mask)), vo);
-                ve2 =
-                    _mm512_fmadd_ps(xb[r + 1], _mm512_castsi512_ps(_mm512_slli_epi32(v1, 16)), ve2);
-                vo2 = _mm512_fmadd_ps(xb[r + 1], _mm512_castsi512_ps(_mm512_and_si512(v1, hi_mask)),
-                                      vo2);
             }
-            _mm512_store_ps(acc + j, _mm512_add_ps(ve, ve2));
-            _mm512_store_ps(acc + j + 16, _mm512_add_ps(vo, vo2));
         }
+        for (int m = 0; m < M; m++)
+            for (int r = 0; r < 4 && g * 4 + r < N; r++)
+                y[(size_t)m * ldy + (size_t)(g - g0) * 4 + r] = _mm512_reduce_add_ps(acc[m][r]);
     }
-    if (k < K)
-        kn_rows_bf16(acc, 0, x + k, 0, K - k, Wb + (size_t)k * N, N, 1);
 }
 
 /* Puts the [even | odd] halves of each 32-column block of p[0..n) back in column order. */
 static void unpermute32(float *p, int32_t n)
 {
-    const __m512i lo_idx = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-    const __m512i hi_idx =
+    const __m512i lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512i hi =
         _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
     for (int32_t j = 0; j < n; j += 32) {
         __m512 e = _mm512_load_ps(p + j), o = _mm512_load_ps(p + j + 16);
-        _mm512_store_ps(p + j, _mm512_permutex2var_ps(e, lo_idx, o));
-        _mm512_store_ps(p + j + 16, _mm512_permutex2var_ps(e, hi_idx, o));
+        _mm512_store_ps(p + j, _mm512_permutex2var_ps(e, lo, o));
+        _mm512_store_ps(p + j + 16, _mm512_permutex2var_ps(e, hi, o));
     }
 }
 
-/* y[m][n - n0] = x[m] . W[n] for rows n in [n0, n1) of W (N, K), 4 rows at a time. */
-ALWAYS_INLINE void nk_dots(float *y, int32_t ldy, const float *x, int32_t K, const void *W,
-                           int32_t n0, int32_t n1, const int M, const ifl_dtype dt)
+#define DISPATCH_M(M, CALL)                                                                        \
+    do {                                                                                           \
+        switch (M) {                                                                               \
+        case 1: CALL(1); break;                                                                    \
+        case 2: CALL(2); break;                                                                    \
+        case 3: CALL(3); break;                                                                    \
+        default: CALL(4); break;                                                                   \
+        }                                                                                          \
+    } while (0)
+#else
+/* Portable versions over the same layouts (natural element order for every dtype). */
+static void kn8_panels_c(float *acc, int32_t lda, const float *x, int32_t ldx, int32_t K,
+                         int32_t kb0, int32_t kb1, const ifl_mat *W, int M)
 {
-    for (int32_t n = n0; n < n1; n += 4) {
-        int rows = n1 - n < 4 ? n1 - n : 4;
-        __m512 acc[4][4];
-        for (int m = 0; m < M; m++)
-            for (int r = 0; r < 4; r++)
-                acc[m][r] = _mm512_setzero_ps();
-        size_t base[4]; /* tail: repeat the last row, its result unused */
-        for (int r = 0; r < 4; r++)
-            base[r] = (size_t)(n + (r < rows ? r : rows - 1)) * K;
-        size_t es = ifl_dtype_size(dt);
-        for (int32_t k = 0; k < K; k += 16) {
-            __mmask16 mk = mask16(K - k);
-            __m512 wr[4];
-            if (((size_t)k * es) % 64 == 0)
-                for (int r = 0; r < 4; r++) /* the same place in the next group of 4 rows */
-                    PREFETCH((const char *)W + (base[r] + 4 * (size_t)K + (size_t)k) * es);
-            for (int r = 0; r < 4; r++)
-                wr[r] = load_w16(W, base[r] + (size_t)k, dt, mk);
-            for (int m = 0; m < M; m++) {
-                __m512 xv = _mm512_maskz_loadu_ps(mk, x + (size_t)m * K + k);
-                for (int r = 0; r < 4; r++)
-                    acc[m][r] = _mm512_fmadd_ps(xv, wr[r], acc[m][r]);
+    int32_t cw = ifl_panel_width(W->dtype), NB = (W->cols + cw - 1) / cw;
+    for (int32_t kb = kb0; kb < kb1; kb++)
+        for (int32_t jb = 0; jb < NB; jb++) {
+            size_t blk = ((size_t)kb * NB + (size_t)jb) * 8 * (size_t)cw;
+            for (int r = 0; r < 8 && kb * 8 + r < K; r++) {
+                float w[32];
+                ifl_convert_to_f32(w, W->dtype,
+                                   (const char *)W->data +
+                                       (blk + (size_t)r * cw) * ifl_dtype_size(W->dtype),
+                                   (size_t)cw);
+                for (int m = 0; m < M; m++) {
+                    float xv = x[(size_t)m * ldx + kb * 8 + r];
+                    float *ap = acc + (size_t)m * lda + (size_t)jb * cw;
+                    for (int32_t c = 0; c < cw; c++)
+                        ap[c] += xv * w[c];
+                }
             }
         }
-        for (int m = 0; m < M; m++)
-            for (int r = 0; r < rows; r++)
-                y[(size_t)m * ldy + (n - n0) + r] = _mm512_reduce_add_ps(acc[m][r]);
-    }
 }
 
-/* bf16 dot products: 32 weights per load split even/odd; xp holds x permuted the same way per 32
- * elements (permute_even_odd), so no shuffles are needed. K must be a multiple of 32. */
-ALWAYS_INLINE void nk_dots_bf16(float *y, int32_t ldy, const float *xp, int32_t K, const void *W,
-                                int32_t n0, int32_t n1, const int M)
+static void nk4_panels_c(float *y, int32_t ldy, const float *xp, int32_t KB, const ifl_mat *W,
+                         int32_t g0, int32_t g1, int32_t N, int M)
 {
-    const __m512i hi_mask = _mm512_set1_epi32((int)0xffff0000u);
-    const uint16_t *Wb = W;
-    for (int32_t n = n0; n < n1; n += 4) {
-        int rows = n1 - n < 4 ? n1 - n : 4;
-        __m512 acc[4][4];
-        for (int m = 0; m < M; m++)
-            for (int r = 0; r < 4; r++)
-                acc[m][r] = _mm512_setzero_ps();
-        const uint16_t *rp[4];
-        for (int r = 0; r < 4; r++)
-            rp[r] = Wb + (size_t)(n + (r < rows ? r : rows - 1)) * K;
-        for (int32_t k = 0; k < K; k += 32) {
-            __m512 e[4], o[4];
-            for (int r = 0; r < 4; r++) {
-                const uint16_t *p = rp[r] + k;
-                PREFETCH(p + 4 * (size_t)K);
-                __m512i v = _mm512_loadu_si512(p);
-                e[r] = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-                o[r] = _mm512_castsi512_ps(_mm512_and_si512(v, hi_mask));
-            }
+    int32_t cw = ifl_panel_width(W->dtype);
+    for (int32_t g = g0; g < g1; g++)
+        for (int r = 0; r < 4 && g * 4 + r < N; r++)
             for (int m = 0; m < M; m++) {
-                __m512 xe = _mm512_loadu_ps(xp + (size_t)m * K + k);
-                __m512 xo = _mm512_loadu_ps(xp + (size_t)m * K + k + 16);
-                for (int r = 0; r < 4; r++)
-                    acc[m][r] = _mm512_fmadd_ps(xo, o[r], _mm512_fmadd_ps(xe, e[r], acc[m][r]));
-            }
-        }
-        for (int m = 0; m < M; m++)
-            for (int r = 0; r < rows; r++)
-                y[(size_t)m * ldy + (n - n0) + r] = _mm512_reduce_add_ps(acc[m][r]);
-    }
-}
-
-static void permute_even_odd(float *xp, const float *x, int M, int32_t K)
-{
-    for (int m = 0; m < M; m++)
-        for (int32_t k = 0; k < K; k += 32)
-            for (int i = 0; i < 16; i++) {
-                xp[(size_t)m * K + k + i] = x[(size_t)m * K + k + 2 * i];
-                xp[(size_t)m * K + k + 16 + i] = x[(size_t)m * K + k + 2 * i + 1];
+                float s = 0;
+                for (int32_t kb = 0; kb < KB; kb++) {
+                    float w[32];
+                    size_t off = (((size_t)g * KB + (size_t)kb) * 4 + (size_t)r) * (size_t)cw;
+                    ifl_convert_to_f32(w, W->dtype,
+                                       (const char *)W->data + off * ifl_dtype_size(W->dtype),
+                                       (size_t)cw);
+                    const float *xv = xp + (size_t)m * KB * cw + (size_t)kb * cw;
+                    for (int32_t c = 0; c < cw; c++)
+                        s += xv[c] * w[c];
+                }
+                y[(size_t)m * ldy + (size_t)(g - g0) * 4 + r] = s;
             }
 }
 #endif /* IFL_AVX512 */
 
-/* Portable versions (any dtype, any M). */
-__attribute__((unused)) static void kn_rows_c(float *acc, int32_t lda, const float *x, int32_t ldx,
-                                              int32_t K, const ifl_mat *W, int32_t k0, int M)
-{
-    int32_t N = W->cols;
-    for (int32_t k = 0; k < K; k++) {
-        size_t row = (size_t)(k0 + k) * N;
-        for (int m = 0; m < M; m++) {
-            float xv = x[(size_t)m * ldx + k];
-            float *ap = acc + (size_t)m * lda;
-            if (W->dtype == IFL_DTYPE_F32) {
-                const float *wp = (const float *)W->data + row;
-                for (int32_t j = 0; j < N; j++)
-                    ap[j] += xv * wp[j];
-            } else {
-                for (int32_t j = 0; j < N; j++)
-                    ap[j] += xv * ifl_load_f32(W->dtype, W->data, row + (size_t)j);
-            }
-        }
-    }
-}
-
-__attribute__((unused)) static void nk_dots_c(float *y, int32_t ldy, const float *x, int32_t K,
-                                              const ifl_mat *W, int32_t n0, int32_t n1, int M)
-{
-    for (int32_t n = n0; n < n1; n++)
-        for (int m = 0; m < M; m++) {
-            float s = 0;
-            for (int32_t k = 0; k < K; k++)
-                s += x[(size_t)m * K + k] *
-                     ifl_load_f32(W->dtype, W->data, (size_t)n * K + (size_t)k);
-            y[(size_t)m * ldy + (n - n0)] = s;
-        }
-}
-
-/* MM_ROWS, thread ith: partial sums of its band of K rows, all N columns, every row of x. */
-static void matmul_rows(const ifl_matmul_args *a, int ith, int nth)
+/* MM_KN, thread ith: partial sums over its band of 8-row panels, all N columns, every row of x. */
+static void matmul_kn(const ifl_matmul_args *a, int ith, int nth)
 {
     const ifl_mat *W = a->W;
     int32_t K = W->rows, N = W->cols, ldp = pad32(N);
-    int32_t k0, k1;
-    split(K, ith, nth, 4, &k0, &k1);
+    int32_t cw = ifl_panel_width(W->dtype), NB = (N + cw - 1) / cw;
+    int32_t kb0, kb1;
+    split((K + 7) / 8, ith, nth, 1, &kb0, &kb1);
     float *part = thread_scratch(a, ith);
     memset(part, 0, (size_t)a->M * (size_t)ldp * sizeof *part);
-    if (k0 >= k1)
-        return;
-#ifdef IFL_AVX512
-    const void *Wk = (const char *)W->data + (size_t)k0 * N * ifl_dtype_size(W->dtype);
-#endif
     for (int32_t m0 = 0; m0 < a->M; m0 += 4) {
         int M = a->M - m0 < 4 ? (int)(a->M - m0) : 4;
         float *acc = part + (size_t)m0 * ldp;
-        const float *x = a->x + (size_t)m0 * K + k0;
+        const float *x = a->x + (size_t)m0 * K;
 #ifdef IFL_AVX512
-        if (W->dtype == IFL_DTYPE_BF16) {
-            switch (M) {
-            case 1: kn_rows_bf16_m1(acc, x, k1 - k0, Wk, N); break;
-            case 2: kn_rows_bf16(acc, ldp, x, K, k1 - k0, Wk, N, 2); break;
-            case 3: kn_rows_bf16(acc, ldp, x, K, k1 - k0, Wk, N, 3); break;
-            default: kn_rows_bf16(acc, ldp, x, K, k1 - k0, Wk, N, 4); break;
-            }
-        } else if (W->dtype == IFL_DTYPE_F16) {
-            switch (M) {
-            case 1: kn_rows_m1(acc, x, k1 - k0, Wk, N, IFL_DTYPE_F16); break;
-            case 2: kn_rows(acc, ldp, x, K, k1 - k0, Wk, N, 2, IFL_DTYPE_F16); break;
-            case 3: kn_rows(acc, ldp, x, K, k1 - k0, Wk, N, 3, IFL_DTYPE_F16); break;
-            default: kn_rows(acc, ldp, x, K, k1 - k0, Wk, N, 4, IFL_DTYPE_F16); break;
-            }
-        } else {
-            switch (M) {
-            case 1: kn_rows_m1(acc, x, k1 - k0, Wk, N, IFL_DTYPE_F32); break;
-            case 2: kn_rows(acc, ldp, x, K, k1 - k0, Wk, N, 2, IFL_DTYPE_F32); break;
-            case 3: kn_rows(acc, ldp, x, K, k1 - k0, Wk, N, 3, IFL_DTYPE_F32); break;
-            default: kn_rows(acc, ldp, x, K, k1 - k0, Wk, N, 4, IFL_DTYPE_F32); break;
-            }
-        }
+#define KN_CALL_DT(MM, DT) kn8_panels(acc, ldp, x, K, K, kb0, kb1, W->data, NB, MM, DT)
+#define KN_CALL(MM)                                                                                \
+    do {                                                                                           \
+        if (W->dtype == IFL_DTYPE_F32)                                                             \
+            KN_CALL_DT(MM, IFL_DTYPE_F32);                                                         \
+        else if (W->dtype == IFL_DTYPE_F16)                                                        \
+            KN_CALL_DT(MM, IFL_DTYPE_F16);                                                         \
+        else                                                                                       \
+            KN_CALL_DT(MM, IFL_DTYPE_BF16);                                                        \
+    } while (0)
+        DISPATCH_M(M, KN_CALL);
+#undef KN_CALL
+#undef KN_CALL_DT
 #else
-        kn_rows_c(acc, ldp, x, K, k1 - k0, W, k0, M);
+        kn8_panels_c(acc, ldp, x, K, K, kb0, kb1, W, M);
 #endif
     }
 }
 
-/* MM_ROWS, after every thread's matmul_rows: y = [y +] sum of partials + bias, act; columns split
+/* MM_KN, after every thread's matmul_kn: y = [y +] sum of partials + bias, act; columns split
  * across threads in blocks of 32 (the bf16 permutation unit). */
-static void matmul_rows_finish(const ifl_matmul_args *a, int ith, int nth)
+static void matmul_kn_finish(const ifl_matmul_args *a, int ith, int nth)
 {
     int32_t N = a->W->cols, ldp = pad32(N);
     int32_t c0, c1;
     split(N, ith, nth, 32, &c0, &c1);
     if (c0 >= c1)
         return;
-    int32_t w = c1 - c0;
+    int32_t w = c1 - c0, wp = pad32(w);
     for (int32_t m = 0; m < a->M; m++) {
         float *sum = thread_scratch(a, 0) + (size_t)m * ldp + c0;
         for (int t = 1; t < nth; t++) {
             const float *p = thread_scratch(a, t) + (size_t)m * ldp + c0;
-            for (int32_t j = 0; j < pad32(w) && c0 + j < ldp; j++)
+            for (int32_t j = 0; j < wp; j++)
                 sum[j] += p[j];
         }
 #ifdef IFL_AVX512
         if (a->W->dtype == IFL_DTYPE_BF16)
-            unpermute32(sum, pad32(w) < ldp - c0 ? pad32(w) : ldp - c0);
+            unpermute32(sum, wp);
 #endif
         float *y = a->y + (size_t)m * N + c0;
         if (a->accumulate)
@@ -666,67 +514,124 @@ static void matmul_rows_finish(const ifl_matmul_args *a, int ith, int nth)
     epilogue(a, N, c0, c1);
 }
 
-/* MM_NK, thread ith: its slice of W's rows; x is (M, K) with M <= 4 per pass. */
+/* MM_NK, thread ith: its range of 4-row panels of W (N, K). */
 static void matmul_nk(const ifl_matmul_args *a, int ith, int nth)
 {
     const ifl_mat *W = a->W;
     int32_t K = W->cols, N = W->rows;
-    int32_t n0, n1;
-    split(N, ith, nth, 32, &n0, &n1);
-    if (n0 >= n1)
+    int32_t cw = ifl_panel_width(W->dtype), KB = (K + cw - 1) / cw;
+    int32_t g0, g1;
+    split((N + 3) / 4, ith, nth, 8, &g0, &g1);
+    if (g0 >= g1)
         return;
+    int32_t n0 = g0 * 4, n1 = g1 * 4 < N ? g1 * 4 : N;
+    float *xp = thread_xpad(a, ith);
     for (int32_t m0 = 0; m0 < a->M; m0 += 4) {
         int M = a->M - m0 < 4 ? (int)(a->M - m0) : 4;
-        const float *x = a->x + (size_t)m0 * K;
+        pad_x(xp, a->x + (size_t)m0 * K, M, K, K, KB * cw,
+#ifdef IFL_AVX512
+              W->dtype == IFL_DTYPE_BF16
+#else
+              0
+#endif
+        );
         float *y = a->y + (size_t)m0 * N;
         /* Accumulating (never needed by GPT-2, kept correct): dots into scratch, then add. */
         float *out = a->accumulate ? thread_scratch(a, ith) : y + n0;
-        int32_t ldo = a->accumulate ? 1024 : N;
-        for (int32_t c = n0; c < n1; c += a->accumulate ? 1024 : n1 - n0) {
-            int32_t c1 = a->accumulate && c + 1024 < n1 ? c + 1024 : n1;
-            float *o = a->accumulate ? out : y + c;
+        int32_t ldo = a->accumulate ? n1 - n0 : N;
 #ifdef IFL_AVX512
-            if (W->dtype == IFL_DTYPE_BF16 && K % 32 == 0) {
-                float *xp = thread_xperm(a, ith);
-                permute_even_odd(xp, x, M, K);
-                switch (M) {
-                case 1: nk_dots_bf16(o, ldo, xp, K, W->data, c, c1, 1); break;
-                case 2: nk_dots_bf16(o, ldo, xp, K, W->data, c, c1, 2); break;
-                case 3: nk_dots_bf16(o, ldo, xp, K, W->data, c, c1, 3); break;
-                default: nk_dots_bf16(o, ldo, xp, K, W->data, c, c1, 4); break;
-                }
-            } else {
-#define NK_CASE(MM)                                                                                \
-    case MM:                                                                                       \
+#define NK_CALL_DT(MM, DT) nk4_panels(out, ldo, xp, KB, W->data, g0, g1, N, MM, DT)
+#define NK_CALL(MM)                                                                                \
+    do {                                                                                           \
         if (W->dtype == IFL_DTYPE_F32)                                                             \
-            nk_dots(o, ldo, x, K, W->data, c, c1, MM, IFL_DTYPE_F32);                              \
+            NK_CALL_DT(MM, IFL_DTYPE_F32);                                                         \
         else if (W->dtype == IFL_DTYPE_F16)                                                        \
-            nk_dots(o, ldo, x, K, W->data, c, c1, MM, IFL_DTYPE_F16);                              \
+            NK_CALL_DT(MM, IFL_DTYPE_F16);                                                         \
         else                                                                                       \
-            nk_dots(o, ldo, x, K, W->data, c, c1, MM, IFL_DTYPE_BF16);                             \
-        break;
-                switch (M) {
-                    NK_CASE(1)
-                    NK_CASE(2)
-                    NK_CASE(3)
-                default: NK_CASE(4)
-                }
-#undef NK_CASE
-            }
+            NK_CALL_DT(MM, IFL_DTYPE_BF16);                                                        \
+    } while (0)
+        DISPATCH_M(M, NK_CALL);
+#undef NK_CALL
+#undef NK_CALL_DT
 #else
-            nk_dots_c(o, ldo, x, K, W, c, c1, M);
+        nk4_panels_c(out, ldo, xp, KB, W, g0, g1, N, M);
 #endif
-            if (a->accumulate)
-                for (int m = 0; m < M; m++)
-                    for (int32_t n = c; n < c1; n++)
-                        y[(size_t)m * N + n] += o[(size_t)m * ldo + (n - c)];
-        }
+        if (a->accumulate)
+            for (int m = 0; m < M; m++)
+                for (int32_t n = n0; n < n1; n++)
+                    y[(size_t)m * N + n] += out[(size_t)m * ldo + (n - n0)];
     }
     epilogue(a, N, n0, n1);
 }
 
 #ifdef INFLIGHT_HAVE_BLAS
-/* MM_BLAS, thread ith: sgemm on its slice of the N columns. */
+/* One 64-byte panel row (CW elements) as f32 in natural order. */
+static inline void panel_row_f32(float *dst, const char *src, ifl_dtype dt)
+{
+#ifdef IFL_AVX512
+    if (dt == IFL_DTYPE_F32) {
+        _mm512_storeu_ps(dst, _mm512_load_ps((const float *)src));
+    } else if (dt == IFL_DTYPE_F16) {
+        _mm512_storeu_ps(dst, _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)src)));
+        _mm512_storeu_ps(dst + 16, _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(src + 32))));
+    } else {
+        __m512i lo = _mm512_cvtepu16_epi32(_mm256_load_si256((const __m256i *)src));
+        __m512i hi = _mm512_cvtepu16_epi32(_mm256_load_si256((const __m256i *)(src + 32)));
+        _mm512_storeu_ps(dst, _mm512_castsi512_ps(_mm512_slli_epi32(lo, 16)));
+        _mm512_storeu_ps(dst + 16, _mm512_castsi512_ps(_mm512_slli_epi32(hi, 16)));
+    }
+#else
+    ifl_convert_to_f32(dst, dt, src, (size_t)ifl_panel_width(dt));
+#endif
+}
+
+/* Columns [c0, c0 + w) of a (K, N) matrix as row-major f32 (K, ldd); for KN8, c0 and w are
+ * multiples of CW except at the matrix's last column (ldd is then w rounded up to CW). */
+static void unpack_kn(float *dst, int32_t ldd, const ifl_mat *W, int32_t c0, int32_t w)
+{
+    size_t es = ifl_dtype_size(W->dtype);
+    int32_t K = W->rows;
+    if (W->layout == IFL_LAYOUT_ROWS) {
+        for (int32_t k = 0; k < K; k++)
+            ifl_convert_to_f32(dst + (size_t)k * ldd, W->dtype,
+                               (const char *)W->data + ((size_t)k * W->cols + (size_t)c0) * es,
+                               (size_t)w);
+        return;
+    }
+    int32_t cw = ifl_panel_width(W->dtype), NB = (W->cols + cw - 1) / cw;
+    size_t row_bytes = 64, blk_bytes = 8 * row_bytes;
+    for (int32_t kb = 0; kb < (K + 7) / 8; kb++)
+        for (int32_t jb = c0 / cw; jb * cw < c0 + w; jb++) {
+            const char *blk = (const char *)W->data + ((size_t)kb * NB + (size_t)jb) * blk_bytes;
+            for (int r = 0; r < 8 && kb * 8 + r < K; r++)
+                panel_row_f32(dst + (size_t)(kb * 8 + r) * ldd + (jb * cw - c0),
+                              blk + r * row_bytes, W->dtype);
+        }
+}
+
+/* Rows [r0, r0 + nr) of an (N, K) matrix as row-major f32 (nr, ldd); r0 a multiple of 4, ldd K
+ * rounded up to CW. */
+static void unpack_nk(float *dst, int32_t ldd, const ifl_mat *W, int32_t r0, int32_t nr)
+{
+    if (W->layout == IFL_LAYOUT_ROWS) {
+        for (int32_t r = 0; r < nr; r++)
+            ifl_mat_row_f32(W, r0 + r, dst + (size_t)r * ldd);
+        return;
+    }
+    int32_t cw = ifl_panel_width(W->dtype), KB = (W->cols + cw - 1) / cw;
+    for (int32_t g = r0 / 4; g * 4 < r0 + nr; g++)
+        for (int32_t kb = 0; kb < KB; kb++) {
+            const char *blk = (const char *)W->data + ((size_t)g * KB + (size_t)kb) * 256;
+            for (int r = 0; r < 4; r++) {
+                int32_t row = g * 4 + r - r0;
+                if (row >= 0 && row < nr)
+                    panel_row_f32(dst + (size_t)row * ldd + (size_t)kb * cw, blk + 64 * r,
+                                  W->dtype);
+            }
+        }
+}
+
+/* MM_BLAS, thread ith: sgemm on its slice of the N outputs. */
 static void matmul_blas(const ifl_matmul_args *a, int ith, int nth)
 {
     const ifl_mat *W = a->W;
@@ -738,57 +643,60 @@ static void matmul_blas(const ifl_matmul_args *a, int ith, int nth)
     if (n0 >= n1)
         return;
     float beta = a->accumulate ? 1.0f : 0.0f;
-    size_t es = ifl_dtype_size(W->dtype);
     float *conv = thread_conv(a, ith);
-    if (W->dtype == IFL_DTYPE_F32) {
-        if (nk)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, n1 - n0, K, 1.0f, a->x, K,
-                        (const float *)W->data + (size_t)n0 * K, K, beta, a->y + n0, N);
-        else
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, n1 - n0, K, 1.0f, a->x, K,
-                        (const float *)W->data + n0, N, beta, a->y + n0, N);
+    const float *rows = W->dtype != IFL_DTYPE_F32      ? NULL
+                        : W->layout == IFL_LAYOUT_ROWS ? W->data
+                                                       : W->rows_data;
+    if (rows && nk) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, n1 - n0, K, 1.0f, a->x, K,
+                    rows + (size_t)n0 * K, K, beta, a->y + n0, N);
+    } else if (rows) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, n1 - n0, K, 1.0f, a->x, K,
+                    rows + n0, N, beta, a->y + n0, N);
     } else if (nk) {
-        int32_t nb = (int32_t)(CONV_FLOATS / (size_t)K);
-        nb = nb < 16 ? 16 : nb;
+        int32_t ldd = pad32(K);
+        int32_t nb = (int32_t)(CONV_FLOATS / (size_t)ldd) & ~3;
+        nb = nb < 4 ? 4 : nb;
         for (int32_t c = n0; c < n1; c += nb) {
             int32_t w = n1 - c < nb ? n1 - c : nb;
-            ifl_convert_to_f32(conv, W->dtype, (const char *)W->data + (size_t)c * K * es,
-                               (size_t)w * K);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, w, K, 1.0f, a->x, K, conv, K,
+            unpack_nk(conv, ldd, W, c, w);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, w, K, 1.0f, a->x, K, conv, ldd,
                         beta, a->y + c, N);
         }
     } else {
-        int32_t nb = (int32_t)(CONV_FLOATS / (size_t)K) & ~15;
-        nb = nb < 16 ? 16 : nb;
+        int32_t nb = (int32_t)(CONV_FLOATS / (size_t)K) & ~31;
+        nb = nb < 32 ? 32 : nb;
         for (int32_t c = n0; c < n1; c += nb) {
             int32_t w = n1 - c < nb ? n1 - c : nb;
-            for (int32_t k = 0; k < K; k++)
-                ifl_convert_to_f32(conv + (size_t)k * w, W->dtype,
-                                   (const char *)W->data + ((size_t)k * N + (size_t)c) * es,
-                                   (size_t)w);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, w, K, 1.0f, a->x, K, conv, w,
-                        beta, a->y + c, N);
+            unpack_kn(conv, pad32(w), W, c, w);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, w, K, 1.0f, a->x, K, conv,
+                        pad32(w), beta, a->y + c, N);
         }
     }
     epilogue(a, N, n0, n1);
 }
 #endif
 
-void ifl_matmul_plan(ifl_matmul_args *a)
+int ifl_matmul_plan(ifl_matmul_args *a)
 {
     int streaming = a->M <= a->gemv_max_rows;
 #ifndef INFLIGHT_HAVE_BLAS
     streaming = 1;
 #endif
-    if (!streaming)
+    if (!streaming) {
         a->mode = MM_BLAS;
-    else
-        a->mode = a->w_is_nk ? MM_NK : MM_ROWS;
+        return 0;
+    }
+    ifl_layout want = a->w_is_nk ? IFL_LAYOUT_NK4 : IFL_LAYOUT_KN8;
+    if (a->W->layout != want)
+        return -1; /* the streaming kernels read only the panel layouts */
+    a->mode = a->w_is_nk ? MM_NK : MM_KN;
+    return 0;
 }
 
 int ifl_matmul_needs_finish(const ifl_matmul_args *a)
 {
-    return a->mode == MM_ROWS;
+    return a->mode == MM_KN;
 }
 
 void ifl_matmul_thread(const ifl_matmul_args *a, int ith, int nth)
@@ -797,15 +705,15 @@ void ifl_matmul_thread(const ifl_matmul_args *a, int ith, int nth)
 #ifdef INFLIGHT_HAVE_BLAS
     case MM_BLAS: matmul_blas(a, ith, nth); break;
 #endif
-    case MM_ROWS: matmul_rows(a, ith, nth); break;
+    case MM_KN: matmul_kn(a, ith, nth); break;
     default: matmul_nk(a, ith, nth); break;
     }
 }
 
 void ifl_matmul_finish_thread(const ifl_matmul_args *a, int ith, int nth)
 {
-    if (a->mode == MM_ROWS)
-        matmul_rows_finish(a, ith, nth);
+    if (a->mode == MM_KN)
+        matmul_kn_finish(a, ith, nth);
 }
 
 /* ---- memory bandwidth probe ------------------------------------------------------------------ */

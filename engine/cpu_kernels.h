@@ -21,9 +21,11 @@ typedef enum {
 } ifl_act;
 
 /* y (M, N) = [y +] x (M, K) @ op(W) + bias, then act. W is (K, N) when !w_is_nk (Conv1D weights)
- * or (N, K) when w_is_nk (the embedding used as lm_head: y = x @ W^T).
+ * or (N, K) when w_is_nk (the embedding used as lm_head: y = x @ W^T). Streaming calls (M up to
+ * gemv_max_rows) need W in IFL_LAYOUT_KN8 (or NK4 when w_is_nk); sgemm calls take any layout.
  * Use: fill the fields, ifl_matmul_plan(), run ifl_matmul_thread on every thread, then, if
- * ifl_matmul_needs_finish(), ifl_matmul_finish_thread on every thread. */
+ * ifl_matmul_needs_finish(), ifl_matmul_finish_thread on every thread. accumulate and act are not
+ * combined (the forward pass never needs both). */
 typedef struct {
     float *y;
     const float *x;
@@ -40,10 +42,11 @@ typedef struct {
     int mode;                    /* set by ifl_matmul_plan */
 } ifl_matmul_args;
 
-/* Floats of per-thread scratch for K <= max_k, N <= max_n (of (K, N) weights) and streaming
- * calls of up to max_m rows. */
+/* Floats of per-thread scratch (64-byte aligned) for K <= max_k, N <= max_n (of (K, N) weights)
+ * and streaming calls of up to max_m rows. */
 size_t ifl_matmul_scratch_floats(int32_t max_k, int32_t max_n, int32_t max_m);
-void ifl_matmul_plan(ifl_matmul_args *a);
+/* Chooses the path; -1 if W's layout does not suit it (a streaming call on a row-major W). */
+int ifl_matmul_plan(ifl_matmul_args *a);
 void ifl_matmul_thread(const ifl_matmul_args *a, int ith, int nth);
 int ifl_matmul_needs_finish(const ifl_matmul_args *a);
 void ifl_matmul_finish_thread(const ifl_matmul_args *a, int ith, int nth);

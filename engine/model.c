@@ -18,6 +18,7 @@ typedef struct {
     ifl_mat *mat;      /* matrices */
     const float **vec; /* vectors */
     ifl_dtype held;    /* dtype the matrix is held in */
+    ifl_layout layout; /* layout it is held in */
     int in_arena;      /* 1: copied/converted into the arena */
     size_t arena_off;
 } tensor_spec;
@@ -212,17 +213,27 @@ int ifl_model_load(ifl_model *m, const char *dir, const ifl_model_opts *opts, if
             continue;
         }
         s->held = opts && opts->convert ? opts->dtype : t->dtype;
+        s->layout = IFL_LAYOUT_ROWS;
+        if (opts && opts->cpu_layout) {
+            size_t nl = strlen(s->name);
+            int is_conv1d =
+                !strncmp(s->name, "h.", 2) && nl > 7 && !strcmp(s->name + nl - 7, ".weight");
+            int is_head = !strcmp(s->name, "lm_head.weight") ||
+                          (!strcmp(s->name, "wte.weight") && c->tie_word_embeddings);
+            s->layout = is_head ? IFL_LAYOUT_NK4 : is_conv1d ? IFL_LAYOUT_KN8 : IFL_LAYOUT_ROWS;
+        }
         if (i == 0)
             first = s->held;
         else if (s->held != first)
             m->mixed_dtypes = 1;
         size_t es = ifl_dtype_size(s->held);
-        if (s->held != t->dtype || ((uintptr_t)t->data % es) != 0) {
+        size_t elems = ifl_layout_elems(s->layout, s->held, (int32_t)s->d0, (int32_t)s->d1);
+        if (s->held != t->dtype || s->layout != IFL_LAYOUT_ROWS || ((uintptr_t)t->data % es) != 0) {
             s->in_arena = 1;
             s->arena_off = arena;
-            arena += ((size_t)t->numel * es + 63) & ~(size_t)63;
+            arena += (elems * es + 63) & ~(size_t)63;
         }
-        m->weight_bytes += (size_t)t->numel * es;
+        m->weight_bytes += elems * es;
     }
 
     /* Pass 2: one arena for everything converted, then point every field. */
@@ -248,9 +259,22 @@ int ifl_model_load(ifl_model *m, const char *dir, const ifl_model_opts *opts, if
             *s->vec = dst;
             continue;
         }
-        if (dst)
+        if (dst && s->layout == IFL_LAYOUT_ROWS) {
             convert_tensor(dst, s->held, t);
+        } else if (dst) {
+            ifl_mat src = {.dtype = t->dtype,
+                           .layout = IFL_LAYOUT_ROWS,
+                           .rows = (int32_t)s->d0,
+                           .cols = (int32_t)s->d1,
+                           .data = t->data};
+            ifl_mat_repack(dst, s->layout, s->held, &src);
+        }
         s->mat->dtype = s->held;
+        s->mat->layout = s->layout;
+        /* sgemm reads row-major f32 directly: keep the checkpoint's copy in view when it is one */
+        if (s->layout != IFL_LAYOUT_ROWS && s->held == IFL_DTYPE_F32 && t->dtype == IFL_DTYPE_F32 &&
+            (uintptr_t)t->data % 4 == 0)
+            s->mat->rows_data = t->data;
         s->mat->rows = (int32_t)s->d0;
         s->mat->cols = (int32_t)s->d1;
         s->mat->data = dst ? dst : t->data;

@@ -1,12 +1,13 @@
 /* model.h: a GPT-2 checkpoint loaded from a Hugging Face directory (config.json +
  * model.safetensors), read-only once loaded and shared by every backend and thread.
  *
- * The safetensors file is mmap'd; a weight matrix whose stored dtype is the one asked for points
- * straight into the mapping, anything else (a different --weights dtype, LayerNorm vectors and
- * biases, which are always f32) lives in one arena allocated at load. Tensor names are accepted
- * with or without the "transformer." prefix; attn.bias / attn.masked_bias mask buffers are ignored;
- * the lm_head is wte unless config.json unties them. What it is not: the tokenizer (tokenizer.h) or
- * any run state (backends own activations and the KV pool). */
+ * The safetensors file is mmap'd; a weight matrix whose stored dtype and layout are the ones asked
+ * for points straight into the mapping, anything else (a different --weights dtype, the CPU panel
+ * layouts, LayerNorm vectors and biases, which are always f32) lives in one arena allocated at
+ * load. Tensor names are accepted with or without the "transformer." prefix; attn.bias /
+ * attn.masked_bias mask buffers are ignored; the lm_head is wte unless config.json unties them.
+ * What it is not: the tokenizer (tokenizer.h) or any run state (backends own activations and the KV
+ * pool). */
 #ifndef IFL_MODEL_H
 #define IFL_MODEL_H
 
@@ -49,6 +50,8 @@ typedef struct {
 typedef struct {
     int convert; /* 0: hold each matrix as stored; 1: convert every matrix to `dtype` */
     ifl_dtype dtype;
+    int cpu_layout; /* 1: store the matrices in the CPU backend's panel layouts (tensor.h) at load,
+                       so the backend need not keep a second copy */
 } ifl_model_opts;
 
 /* Loads DIR/config.json and DIR/model.safetensors. On failure the model is left empty. */

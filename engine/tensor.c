@@ -73,3 +73,68 @@ void ifl_convert_from_f32(void *dst, ifl_dtype t, const float *src, size_t n)
             d[i] = ifl_f32_to_f16(src[i]);
     }
 }
+
+size_t ifl_layout_elems(ifl_layout layout, ifl_dtype t, int32_t rows, int32_t cols)
+{
+    size_t cw = (size_t)ifl_panel_width(t);
+    switch (layout) {
+    case IFL_LAYOUT_KN8: return ((size_t)rows + 7) / 8 * 8 * (((size_t)cols + cw - 1) / cw * cw);
+    case IFL_LAYOUT_NK4: return ((size_t)rows + 3) / 4 * 4 * (((size_t)cols + cw - 1) / cw * cw);
+    default: return (size_t)rows * (size_t)cols;
+    }
+}
+
+void ifl_mat_row_f32(const ifl_mat *m, int32_t r, float *out)
+{
+    size_t es = ifl_dtype_size(m->dtype);
+    if (m->layout == IFL_LAYOUT_ROWS) {
+        ifl_convert_to_f32(out, m->dtype, (const char *)m->data + (size_t)r * m->cols * es,
+                           (size_t)m->cols);
+        return;
+    }
+    /* a row is contiguous within each panel: convert it CW elements at a time */
+    int32_t cw = ifl_panel_width(m->dtype);
+    for (int32_t c = 0; c < m->cols; c += cw) {
+        int32_t n = m->cols - c < cw ? m->cols - c : cw;
+        ifl_convert_to_f32(out + c, m->dtype, (const char *)m->data + ifl_mat_offset(m, r, c) * es,
+                           (size_t)n);
+    }
+}
+
+void ifl_mat_repack(void *dst, ifl_layout layout, ifl_dtype t, const ifl_mat *src)
+{
+    ifl_mat d = {.dtype = t, .layout = layout, .rows = src->rows, .cols = src->cols, .data = dst};
+    size_t es = ifl_dtype_size(t);
+    memset(dst, 0, ifl_layout_elems(layout, t, src->rows, src->cols) * es);
+    float row[4096];
+    for (int32_t r = 0; r < src->rows; r++) {
+        for (int32_t c0 = 0; c0 < src->cols; c0 += 4096) {
+            int32_t n = src->cols - c0 < 4096 ? src->cols - c0 : 4096;
+            if (src->layout == IFL_LAYOUT_ROWS) {
+                ifl_convert_to_f32(row, src->dtype,
+                                   (const char *)src->data + ((size_t)r * src->cols + (size_t)c0) *
+                                                                 ifl_dtype_size(src->dtype),
+                                   (size_t)n);
+            } else {
+                for (int32_t i = 0; i < n; i++)
+                    row[i] = ifl_load_f32(src->dtype, src->data, ifl_mat_offset(src, r, c0 + i));
+            }
+            if (layout == IFL_LAYOUT_ROWS) {
+                ifl_convert_from_f32((char *)dst + ((size_t)r * src->cols + (size_t)c0) * es, t,
+                                     row, (size_t)n);
+            } else {
+                /* runs of CW columns are contiguous in both panel layouts */
+                int32_t cw = ifl_panel_width(t);
+                for (int32_t i = 0; i < n;) {
+                    int32_t c = c0 + i;
+                    int32_t run = cw - c % cw;
+                    if (run > n - i)
+                        run = n - i;
+                    ifl_convert_from_f32((char *)dst + ifl_mat_offset(&d, r, c) * es, t, row + i,
+                                         (size_t)run);
+                    i += run;
+                }
+            }
+        }
+    }
+}

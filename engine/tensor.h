@@ -22,12 +22,65 @@ static inline size_t ifl_dtype_size(ifl_dtype t)
 const char *ifl_dtype_name(ifl_dtype t);            /* "f32", "f16", "bf16" */
 int ifl_dtype_parse(const char *s, ifl_dtype *out); /* accepts f32/f16/bf16; -1 otherwise */
 
-/* A row-major matrix of `rows` x `cols` elements of `dtype` (a vector is rows == 1). */
+/* How a matrix's elements are stored. The panel layouts are the CPU backend's: the decode
+ * kernels then read weights in one sequential stream (measured 13-25% more bandwidth than
+ * interleaving rows of a row-major matrix, docs/perf.md). A panel row is 64 bytes: CW = 16 f32 or
+ * 32 f16/bf16 elements.
+ *   IFL_LAYOUT_ROWS: row-major (rows, cols).
+ *   IFL_LAYOUT_KN8:  for y = x @ W with W (K = rows, N = cols): blocks of 8 rows x CW columns,
+ *                    [ceil(K/8)][ceil(N/CW)][8][CW], zero padded.
+ *   IFL_LAYOUT_NK4:  for y = x @ W^T with W (N = rows, K = cols): blocks of 4 rows x CW columns,
+ *                    [ceil(N/4)][ceil(K/CW)][4][CW], zero padded. */
+typedef enum {
+    IFL_LAYOUT_ROWS = 0,
+    IFL_LAYOUT_KN8 = 1,
+    IFL_LAYOUT_NK4 = 2,
+} ifl_layout;
+
+/* A matrix of `rows` x `cols` elements of `dtype` (a vector is rows == 1), stored as `layout`. */
 typedef struct {
     ifl_dtype dtype;
+    ifl_layout layout;
     int32_t rows, cols;
     const void *data;
+    const void *rows_data; /* optional: the same matrix row-major, same dtype (for sgemm; e.g. the
+                              mmap'd checkpoint behind a panel-layout copy), else NULL */
 } ifl_mat;
+
+/* Elements per 64-byte panel row. */
+static inline int32_t ifl_panel_width(ifl_dtype t)
+{
+    return t == IFL_DTYPE_F32 ? 16 : 32;
+}
+
+/* Element offset of logical (r, c) in a matrix of this layout. */
+static inline size_t ifl_mat_offset(const ifl_mat *m, int32_t r, int32_t c)
+{
+    int32_t cw = ifl_panel_width(m->dtype);
+    switch (m->layout) {
+    case IFL_LAYOUT_KN8: {
+        size_t nb = (size_t)(m->cols + cw - 1) / (size_t)cw;
+        return (((size_t)(r / 8) * nb + (size_t)(c / cw)) * 8 + (size_t)(r % 8)) * (size_t)cw +
+               (size_t)(c % cw);
+    }
+    case IFL_LAYOUT_NK4: {
+        size_t kb = (size_t)(m->cols + cw - 1) / (size_t)cw;
+        return (((size_t)(r / 4) * kb + (size_t)(c / cw)) * 4 + (size_t)(r % 4)) * (size_t)cw +
+               (size_t)(c % cw);
+    }
+    default: return (size_t)r * (size_t)m->cols + (size_t)c;
+    }
+}
+
+/* Elements the storage of a rows x cols matrix takes in `layout` (padding included). */
+size_t ifl_layout_elems(ifl_layout layout, ifl_dtype t, int32_t rows, int32_t cols);
+
+/* Writes src (any layout, any dtype) into dst as `layout` and dtype `t`; dst must hold
+ * ifl_layout_elems(layout, t, rows, cols) elements; padding is zero. */
+void ifl_mat_repack(void *dst, ifl_layout layout, ifl_dtype t, const ifl_mat *src);
+
+/* Row r of m as f32 (cols values). */
+void ifl_mat_row_f32(const ifl_mat *m, int32_t r, float *out);
 
 static inline float ifl_bf16_to_f32(uint16_t h)
 {

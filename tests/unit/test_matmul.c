@@ -32,7 +32,8 @@ static double gelu_ref(double x)
 static double worst = 0;
 
 static void one_case(ifl_threadpool *tp, ifl_rng *rng, ifl_dtype dt, int nk, int32_t M, int32_t K,
-                     int32_t N, int use_bias, int accumulate, ifl_act act, int32_t gemv_rows)
+                     int32_t N, int use_bias, int accumulate, ifl_act act, int32_t gemv_rows,
+                     int packed)
 {
     size_t nw = (size_t)K * N;
     float *wf = malloc(nw * sizeof *wf);
@@ -54,6 +55,20 @@ static void one_case(ifl_threadpool *tp, ifl_rng *rng, ifl_dtype dt, int nk, int
     memcpy(y, y0, (size_t)M * N * sizeof *y);
 
     ifl_mat W = {.dtype = dt, .rows = nk ? N : K, .cols = nk ? K : N, .data = w};
+    void *wp = NULL;
+    if (packed) { /* the panel layouts the streaming kernels read */
+        ifl_layout lay = nk ? IFL_LAYOUT_NK4 : IFL_LAYOUT_KN8;
+        wp = aligned_alloc(64, (ifl_layout_elems(lay, dt, W.rows, W.cols) * 4 + 63) & ~(size_t)63);
+        ifl_mat_repack(wp, lay, dt, &W);
+        W.layout = lay;
+        W.data = wp;
+        for (int32_t r = 0; r < W.rows; r++) /* the packed matrix reads back the same */
+            for (int32_t c = 0; c < W.cols; c += 7) {
+                ifl_mat rm = {.dtype = dt, .rows = W.rows, .cols = W.cols, .data = w};
+                CHECK(ifl_load_f32(dt, wp, ifl_mat_offset(&W, r, c)) ==
+                      ifl_load_f32(dt, w, ifl_mat_offset(&rm, r, c)));
+            }
+    }
     int32_t max_k = K > N ? K : N;
     size_t sf = ifl_matmul_scratch_floats(max_k, max_k, 16);
     float *scratch = aligned_alloc(64, sf * 4 * sizeof(float));
@@ -73,7 +88,16 @@ static void one_case(ifl_threadpool *tp, ifl_rng *rng, ifl_dtype dt, int nk, int
                          .max_n = max_k,
                          .max_m = 16,
                          .gemv_max_rows = gemv_rows};
-    ifl_matmul_plan(&a);
+#ifdef INFLIGHT_HAVE_BLAS
+    int streaming = M <= gemv_rows;
+#else
+    int streaming = 1; /* without BLAS every call streams */
+#endif
+    if (ifl_matmul_plan(&a)) {
+        CHECKF(!packed && streaming, "plan refused a %s call", packed ? "packed" : "row-major");
+        goto out;
+    }
+    CHECKF(!(streaming && !packed), "plan accepted a streaming call on a row-major matrix");
     ctx_t c = {&a};
     ifl_threadpool_run(tp, run_thread, &c);
     if (ifl_matmul_needs_finish(&a))
@@ -106,6 +130,8 @@ static void one_case(ifl_threadpool *tp, ifl_rng *rng, ifl_dtype dt, int nk, int
            "rel err %.3g, %d non-finite",
            ifl_dtype_name(dt), nk ? "NK" : "KN", M, K, N, use_bias, accumulate, act, gemv_rows, rel,
            bad);
+out:
+    free(wp);
     free(wf);
     free(w);
     free(x);
@@ -129,12 +155,21 @@ int main(void)
                 for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
                     for (int32_t M = 1; M <= 9; M += (M < 5 ? 1 : 4)) {
                         int32_t K = shapes[s][0], N = shapes[s][1];
-                        /* streaming for every M, then sgemm (where built) for every M */
-                        one_case(tp, &rng, (ifl_dtype)dt, nk, M, K, N, 1, 0, IFL_ACT_NONE, 1 << 20);
-                        one_case(tp, &rng, (ifl_dtype)dt, nk, M, K, N, 0, 1, IFL_ACT_NONE, 1 << 20);
-                        one_case(tp, &rng, (ifl_dtype)dt, nk, M, K, N, 1, 0, IFL_ACT_GELU_TANH, 0);
-                        one_case(tp, &rng, (ifl_dtype)dt, nk, M, K, N, 1, 1, IFL_ACT_NONE, 0);
-                        n_cases += 4;
+                        /* streaming (panel layouts) for every M, then sgemm (where built) on
+                         * row-major and on panel layouts; a streaming call on row-major weights
+                         * must be refused */
+                        one_case(tp, &rng, (ifl_dtype)dt, nk, M, K, N, 1, 0, IFL_ACT_NONE, 1 << 20,
+                                 1);
+                        one_case(tp, &rng, (ifl_dtype)dt, nk, M, K, N, 0, 1, IFL_ACT_NONE, 1 << 20,
+                                 1);
+                        one_case(tp, &rng, (ifl_dtype)dt, nk, M, K, N, 1, 0, IFL_ACT_GELU_TANH,
+                                 1 << 20, 1);
+                        one_case(tp, &rng, (ifl_dtype)dt, nk, M, K, N, 1, 0, IFL_ACT_GELU_TANH, 0,
+                                 0);
+                        one_case(tp, &rng, (ifl_dtype)dt, nk, M, K, N, 1, 1, IFL_ACT_NONE, 0, 1);
+                        one_case(tp, &rng, (ifl_dtype)dt, nk, M, K, N, 1, 0, IFL_ACT_NONE, 1 << 20,
+                                 0);
+                        n_cases += 6;
                     }
         ifl_threadpool_free(tp);
     }
