@@ -454,7 +454,6 @@ static void matmul_kn(const ifl_matmul_args *a, int ith, int nth)
 {
     const ifl_mat *W = a->W;
     int32_t K = W->rows, N = W->cols, ldp = pad32(N);
-    int32_t cw = ifl_panel_width(W->dtype), NB = (N + cw - 1) / cw;
     int32_t kb0, kb1;
     split((K + 7) / 8, ith, nth, 1, &kb0, &kb1);
     float *part = thread_scratch(a, ith);
@@ -464,6 +463,7 @@ static void matmul_kn(const ifl_matmul_args *a, int ith, int nth)
         float *acc = part + (size_t)m0 * ldp;
         const float *x = a->x + (size_t)m0 * K;
 #ifdef IFL_AVX512
+        int32_t cw = ifl_panel_width(W->dtype), NB = (N + cw - 1) / cw;
 #define KN_CALL_DT(MM, DT) kn8_panels(acc, ldp, x, K, K, kb0, kb1, W->data, NB, MM, DT)
 #define KN_CALL(MM)                                                                                \
     do {                                                                                           \
