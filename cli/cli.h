@@ -3,6 +3,7 @@
 #ifndef IFL_CLI_H
 #define IFL_CLI_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "model.h"
@@ -19,6 +20,10 @@ int cli_u64(const char *cmd, const char *opt, const char *s, uint64_t *out);
 int cli_f64(const char *cmd, const char *opt, const char *s, double lo, double hi, double *out);
 /* Reports an unknown option / missing argument (getopt's '?' / ':'), returns 2. */
 int cli_usage_error(const char *cmd, const char *msg);
+
+/* Reads all of stdin into a NUL-terminated heap buffer; -1 with errno on failure (EFBIG past
+ * max_bytes). */
+int cli_read_stdin(char **out, size_t *len, size_t max_bytes);
 
 /* --weights f32|f16|bf16 (or "auto": as stored). */
 int cli_weights(const char *cmd, const char *s, ifl_model_opts *o);

@@ -73,3 +73,40 @@ const char *cli_default_vocab_dir(void)
     const char *e = getenv("INFLIGHT_VOCAB_DIR");
     return e && *e ? e : INFLIGHT_DEFAULT_VOCAB_DIR;
 }
+
+int cli_read_stdin(char **out, size_t *len, size_t max_bytes)
+{
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    if (!buf)
+        return -1;
+    for (;;) {
+        if (n == cap) {
+            if (cap >= max_bytes) {
+                free(buf);
+                errno = EFBIG;
+                return -1;
+            }
+            cap = cap * 2 < max_bytes ? cap * 2 : max_bytes;
+            char *b = realloc(buf, cap + 1);
+            if (!b) {
+                free(buf);
+                return -1;
+            }
+            buf = b;
+        }
+        size_t r = fread(buf + n, 1, cap - n, stdin);
+        n += r;
+        if (r == 0) {
+            if (ferror(stdin)) {
+                free(buf);
+                return -1;
+            }
+            break;
+        }
+    }
+    buf[n] = 0;
+    *out = buf;
+    *len = n;
+    return 0;
+}

@@ -1,4 +1,5 @@
 /* cmd_generate.c: `inflight generate`: streams the completion of one prompt to stdout. */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,7 +81,7 @@ int cmd_generate(int argc, char **argv)
     double temperature = 0.8, top_p = 0.95;
     int32_t top_k = 40;
     uint64_t seed = (uint64_t)time(NULL);
-    int ignore_eos = 0, print_ids = 0, special = 0;
+    int ignore_eos = 0, print_ids = 0, special = 0, device_auto = 1;
     ifl_model_opts mo = {.cpu_layout = 1};
     optind = 1;
     opterr = 0;
@@ -130,6 +131,7 @@ int cmd_generate(int argc, char **argv)
             }
             if (strcmp(optarg, "auto") && strcmp(optarg, "cpu"))
                 return cli_usage_error(cmd, "--device must be auto, cpu or cuda");
+            device_auto = !strcmp(optarg, "auto");
             break;
         case 'h': fputs(HELP, stdout); return 0;
         case ':': return cli_usage_error(cmd, "an option is missing its value");
@@ -153,24 +155,12 @@ int cmd_generate(int argc, char **argv)
     stream_ctx sc = {0};
 
     if (!strcmp(prompt, "-")) {
-        size_t cap = 1 << 16, n = 0;
-        stdin_prompt = malloc(cap + 1);
-        size_t r;
-        while (stdin_prompt && (r = fread(stdin_prompt + n, 1, cap - n, stdin)) > 0) {
-            n += r;
-            if (n == cap) {
-                char *b = cap < ((size_t)64 << 20) ? realloc(stdin_prompt, 2 * cap + 1) : NULL;
-                if (!b) {
-                    fprintf(stderr, "inflight generate: prompt on stdin is too large\n");
-                    goto out;
-                }
-                stdin_prompt = b;
-                cap *= 2;
-            }
-        }
-        if (!stdin_prompt)
+        size_t plen;
+        if (cli_read_stdin(&stdin_prompt, &plen, (size_t)64 << 20)) {
+            fprintf(stderr, "inflight generate: reading the prompt from stdin: %s\n",
+                    strerror(errno));
             goto out;
-        stdin_prompt[n] = 0;
+        }
         prompt = stdin_prompt;
     }
     if (ifl_model_load(&model, dir, &mo, &err) || ifl_tokenizer_load(&tok, dir, &err)) {
@@ -201,8 +191,9 @@ int cmd_generate(int argc, char **argv)
     }
     char desc[256];
     be->ops->describe(be, desc, sizeof desc);
-    fprintf(stderr, "inflight generate: %s (%d layers, %d wide); %s\n", dir, model.cfg.n_layer,
-            model.cfg.n_embd, desc);
+    fprintf(stderr, "inflight generate: %s (%d layers, %d wide); %s%s\n", dir, model.cfg.n_layer,
+            model.cfg.n_embd, desc,
+            device_auto ? " (device auto: this build has no CUDA backend)" : "");
 
     sc.tok = tok;
     sc.ids = print_ids;

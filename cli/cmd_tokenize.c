@@ -19,45 +19,6 @@ static const char *const HELP =
     "                as the reference encoders do)\n"
     "  --decode      the reverse: read ids (whitespace-separated) and write their bytes\n";
 
-#define MAX_INPUT ((size_t)256 << 20)
-
-static int read_stdin(char **out, size_t *len)
-{
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap + 1);
-    if (!buf)
-        return -1;
-    for (;;) {
-        if (n == cap) {
-            if (cap >= MAX_INPUT) {
-                free(buf);
-                errno = EFBIG;
-                return -1;
-            }
-            cap *= 2;
-            char *b = realloc(buf, cap + 1);
-            if (!b) {
-                free(buf);
-                return -1;
-            }
-            buf = b;
-        }
-        size_t r = fread(buf + n, 1, cap - n, stdin);
-        n += r;
-        if (r == 0) {
-            if (ferror(stdin)) {
-                free(buf);
-                return -1;
-            }
-            break;
-        }
-    }
-    buf[n] = 0;
-    *out = buf;
-    *len = n;
-    return 0;
-}
-
 int cmd_tokenize(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -97,7 +58,7 @@ int cmd_tokenize(int argc, char **argv)
         fprintf(stderr, "inflight tokenize: %s\n", err.msg);
         goto out;
     }
-    if (read_stdin(&text, &len)) {
+    if (cli_read_stdin(&text, &len, (size_t)256 << 20)) {
         fprintf(stderr, "inflight tokenize: reading stdin: %s\n", strerror(errno));
         goto out;
     }

@@ -2,6 +2,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -154,6 +155,9 @@ uint64_t ifl_now_us(void)
 
 int ifl_n_cores(void)
 {
+    cpu_set_t set; /* the CPUs this process may run on (containers, taskset), not the host's */
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;
 }

@@ -53,6 +53,8 @@ gen() { "$bin" generate --model "$m" --prompt "Once upon a time" "$@"; }
 a=$(gen -n 12 --seed 42 --ids 2>/dev/null); b=$(gen -n 12 --seed 42 --ids 2>/dev/null)
 check "seeded sampling is reproducible ($a)" test -n "$a" -a "$a" = "$b"
 check "--ids prints 12 ids on one line" test "$(echo "$a" | wc -w)" -eq 12 -a "$(echo "$a" | wc -l)" -eq 1
+s=$(printf 'Once upon a time' | "$bin" generate --model "$m" --prompt - -n 12 --seed 42 --ids 2>/dev/null)
+check "--prompt - reads the prompt from stdin" test "$s" = "$a"
 c=$(gen -n 12 --seed 43 --ids 2>/dev/null)
 check "another seed gives other tokens" test "$a" != "$c"
 g1=$(gen -n 16 --temperature 0 --ids --ignore-eos 2>/dev/null); g2=$(gen -n 16 --temperature 0 --ids --ignore-eos --seed 9 2>/dev/null)
