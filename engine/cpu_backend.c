@@ -56,7 +56,7 @@ typedef struct {
     float *att;        /* (T, C) attention output */
     float *ff;         /* (T, F) */
     float *xf;         /* (S, C) final-normalised last tokens */
-    float *scores;     /* (nth, P) attention scores, per thread */
+    float *scores;     /* (nth, P + BS) attention scores, per thread */
     float *mm_scratch; /* (nth, mm_floats) */
     size_t mm_floats;
     int32_t mm_max_k, mm_max_n, mm_max_m;
