@@ -30,6 +30,8 @@ typedef struct {
     int32_t kv_block_size; /* tokens per block */
     int32_t max_tokens;    /* most tokens in one step (T) */
     int32_t max_seqs;      /* most sequences in one step (S) */
+    struct ifl_threadpool *pool; /* CPU: a pool to share with other backends (their steps then
+                                    take turns region by region); NULL: a pool of its own */
 } ifl_backend_params;
 
 typedef struct ifl_backend ifl_backend;

@@ -324,7 +324,8 @@ static void cpu_free(ifl_backend *base)
             fprintf(stderr, "  %-10s %8.3f ms/step %5.1f%%\n", phase_names[i],
                     be->prof[i] * 1e3 / (double)be->prof_steps, 100.0 * be->prof[i] / total);
     }
-    ifl_threadpool_free(be->tp);
+    if (be->tp != be->base.params.pool)
+        ifl_threadpool_free(be->tp);
     if (be->packed)
         munmap(be->packed, be->packed_bytes);
     free(be->layers);
@@ -436,7 +437,7 @@ ifl_backend *ifl_cpu_backend_new(const ifl_model *m, const ifl_backend_params *p
     be->V = c->n_vocab;
     be->P = c->n_ctx;
     be->BS = p->kv_block_size;
-    be->nth = p->n_threads > 0 ? p->n_threads : ifl_n_cores();
+    be->nth = p->pool ? ifl_threadpool_size(p->pool) : p->n_threads > 0 ? p->n_threads : ifl_n_cores();
     const char *prof = getenv("IFL_PROFILE");
     be->profile = prof && *prof && strcmp(prof, "0");
     for (int d = 0; d < 3; d++)
@@ -500,7 +501,7 @@ ifl_backend *ifl_cpu_backend_new(const ifl_model *m, const ifl_backend_params *p
     be->tok_pos = ip + T;
     be->last_tok = ip + 2 * T;
 
-    be->tp = ifl_threadpool_new(be->nth);
+    be->tp = p->pool ? p->pool : ifl_threadpool_new(be->nth);
     if (!be->tp) {
         ifl_err_set(err, "cannot start %d threads", be->nth);
         goto fail;

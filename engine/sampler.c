@@ -54,6 +54,12 @@ static int cmp_cand(const void *pa, const void *pb)
     return better(a, b) ? -1 : better(b, a) ? 1 : 0;
 }
 
+static int cmp_id(const void *pa, const void *pb)
+{
+    const ifl_sample_cand *a = pa, *b = pb;
+    return (a->id > b->id) - (a->id < b->id);
+}
+
 /* Moves the k best of c[0..n) to the front, in any order. */
 static void select_top(ifl_sample_cand *c, int32_t n, int32_t k)
 {
@@ -97,11 +103,13 @@ int32_t ifl_sample(ifl_sampler *s, const float *logits, const ifl_sampling *p, i
     float inv_t = 1.0f / p->temperature;
     int32_t n = V;
     double total = 0;
+    int reordered = 0; /* candidates no longer in token-id order */
     if (p->top_k > 0 && p->top_k < V) {
         for (int32_t i = 0; i < V; i++)
             c[i] = (ifl_sample_cand){logits[i], i};
         select_top(c, V, p->top_k);
         n = p->top_k;
+        reordered = 1;
         float mx = -INFINITY;
         for (int32_t i = 0; i < n; i++)
             mx = fmaxf(mx, c[i].p);
@@ -144,6 +152,7 @@ int32_t ifl_sample(ifl_sampler *s, const float *logits, const ifl_sampling *p, i
             n = m;
         }
         qsort(c, (size_t)n, sizeof *c, cmp_cand);
+        reordered = 1;
         double cum = 0;
         int32_t keep = 0;
         while (keep < n) {
@@ -155,6 +164,11 @@ int32_t ifl_sample(ifl_sampler *s, const float *logits, const ifl_sampling *p, i
         n = keep;
         total = cum;
     }
+    /* Walk the candidates in token-id order: the draw then does not depend on how the selection
+     * above happened to order them, which tiny changes in the logits (another batch size, another
+     * kernel) could alter. */
+    if (reordered)
+        qsort(c, (size_t)n, sizeof *c, cmp_id);
     double u = ifl_rng_uniform(rng) * total, cum = 0;
     for (int32_t i = 0; i < n; i++) {
         cum += c[i].p;

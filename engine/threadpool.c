@@ -35,7 +35,8 @@ struct ifl_threadpool {
     atomic_int done;
     atomic_int n_sleeping;
     atomic_int stop;
-    pthread_mutex_t lock; /* guards sleeping on `wake` */
+    pthread_mutex_t lock;     /* guards sleeping on `wake` */
+    pthread_mutex_t run_lock; /* one ifl_threadpool_run at a time (a pool shared by backends) */
     pthread_cond_t wake;
 };
 
@@ -87,6 +88,7 @@ ifl_threadpool *ifl_threadpool_new(int n_threads)
         return NULL;
     tp->n_threads = n_threads;
     pthread_mutex_init(&tp->lock, NULL);
+    pthread_mutex_init(&tp->run_lock, NULL);
     pthread_cond_init(&tp->wake, NULL);
     if (n_threads > 1) {
         tp->workers = calloc((size_t)n_threads, sizeof *tp->workers);
@@ -119,6 +121,7 @@ void ifl_threadpool_free(ifl_threadpool *tp)
         for (int i = 1; i < tp->n_threads; i++)
             pthread_join(tp->workers[i].thread, NULL);
     pthread_mutex_destroy(&tp->lock);
+    pthread_mutex_destroy(&tp->run_lock);
     pthread_cond_destroy(&tp->wake);
     free(tp->workers);
     free(tp);
@@ -135,6 +138,7 @@ void ifl_threadpool_run(ifl_threadpool *tp, ifl_task_fn fn, void *ctx)
         fn(ctx, 0, 1);
         return;
     }
+    pthread_mutex_lock(&tp->run_lock);
     tp->fn = fn;
     tp->ctx = ctx;
     atomic_store_explicit(&tp->done, 0, memory_order_relaxed);
@@ -147,4 +151,5 @@ void ifl_threadpool_run(ifl_threadpool *tp, ifl_task_fn fn, void *ctx)
     fn(ctx, 0, tp->n_threads);
     while (atomic_load_explicit(&tp->done, memory_order_acquire) < tp->n_threads - 1)
         CPU_RELAX();
+    pthread_mutex_unlock(&tp->run_lock);
 }

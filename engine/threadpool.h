@@ -2,7 +2,8 @@
  *
  * Built for the forward pass: hundreds of short parallel regions per step, so workers spin briefly
  * between regions and only then sleep on a condition variable. The calling thread takes part as
- * thread 0. One caller at a time per pool (the backend that owns it). */
+ * thread 0. Several threads may share one pool (two batchers' backends): their calls to
+ * ifl_threadpool_run take turns, region by region, so the cores are never oversubscribed. */
 #ifndef IFL_THREADPOOL_H
 #define IFL_THREADPOOL_H
 
@@ -16,7 +17,8 @@ ifl_threadpool *ifl_threadpool_new(int n_threads);
 void ifl_threadpool_free(ifl_threadpool *tp);
 int ifl_threadpool_size(const ifl_threadpool *tp);
 
-/* Runs fn on all threads and returns when every one has finished. */
+/* Runs fn on all threads and returns when every one has finished. Thread-safe: concurrent callers
+ * are serialised. */
 void ifl_threadpool_run(ifl_threadpool *tp, ifl_task_fn fn, void *ctx);
 
 #endif

@@ -1,0 +1,153 @@
+/* batcher.h: the shared batcher: one thread that owns a backend and its KV pool, takes requests
+ * from a bounded queue and runs GPT-2 step by step for all of them, emitting events.
+ *
+ * Two policies (Triton's tutorial names in brackets):
+ *   IFL_POLICY_STATIC    (simple-gpt2): take up to max_batch waiting requests, run them until every
+ *                        one has finished, only then look at the queue again.
+ *   IFL_POLICY_ITERATIVE (iterative-gpt2): every step, admit waiting requests while KV blocks and
+ *                        the step's token budget allow; a step runs the decode token of every
+ *                        running sequence first, then prefill chunks of new ones within the budget.
+ * Admission reserves KV blocks for prompt + max_tokens, so a running request is never evicted.
+ * Admission goes round-robin across sessions (the owner of a request: a connection, a user), so
+ * one session's 50 queued requests cannot starve another's one.
+ *
+ * Threads: ifl_batcher_submit / cancel / cancel_session / stats may be called from any thread. All
+ * events reach the caller through one callback: `queued` events are emitted under the queue lock
+ * (from the submitting thread, or the batcher thread when positions change), every other event
+ * from the batcher thread. A request's events are therefore ordered: queued (position updates)...,
+ * started, token 0..n-1, done. The callback must be quick and must not call into the batcher.
+ * What it is not: a tokenizer (requests carry token ids; stop strings are bytes) or a server. */
+#ifndef IFL_BATCHER_H
+#define IFL_BATCHER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "error.h"
+#include "sampler.h"
+#include "tokenizer.h"
+
+typedef enum { IFL_POLICY_ITERATIVE = 0, IFL_POLICY_STATIC = 1 } ifl_policy;
+const char *ifl_policy_name(ifl_policy p); /* "iterative", "static" */
+int ifl_policy_parse(const char *s, ifl_policy *out);
+
+typedef enum {
+    IFL_FINISH_LENGTH = 0, /* max_tokens reached */
+    IFL_FINISH_EOS = 1,    /* the end-of-text token */
+    IFL_FINISH_STOP = 2,   /* a stop string */
+    IFL_FINISH_CANCELLED = 3,
+    IFL_FINISH_ERROR = 4, /* the backend failed; the message is in the done event */
+} ifl_finish;
+const char *ifl_finish_name(ifl_finish f); /* "length", "eos", "stop", "cancelled", "error" */
+
+/* Why a submission was refused (the protocol's stable error codes). */
+typedef enum {
+    IFL_SUBMIT_OK = 0,
+    IFL_SUBMIT_QUEUE_FULL = 1,    /* "queue_full" */
+    IFL_SUBMIT_TOO_LONG = 2,      /* "prompt_too_long": prompt + max_tokens > context or pool */
+    IFL_SUBMIT_INVALID = 3,       /* "invalid_request": bad parameters */
+    IFL_SUBMIT_SHUTTING_DOWN = 4, /* "shutting_down" */
+} ifl_submit_status;
+const char *ifl_submit_code(ifl_submit_status s);
+
+#define IFL_MAX_STOPS 4
+#define IFL_MAX_STOP_BYTES 64
+
+typedef struct {
+    uint64_t session;      /* owner: fairness and cancel-all */
+    const int32_t *prompt; /* token ids (copied) */
+    int32_t n_prompt;
+    int32_t max_tokens; /* >= 1 */
+    ifl_sampling sampling;
+    uint64_t seed;
+    int ignore_eos;
+    int n_stop; /* stop strings (bytes, copied); never emitted */
+    const char *stop[IFL_MAX_STOPS];
+    void *user; /* handed back in every event of the request */
+} ifl_request_params;
+
+typedef enum {
+    IFL_EV_QUEUED = 0,  /* position: 1 = next to be admitted (sent again when it changes) */
+    IFL_EV_STARTED = 1, /* admitted: KV reserved, prefill begins */
+    IFL_EV_TOKEN = 2,   /* one per generated token */
+    IFL_EV_DONE = 3,    /* last event of a request */
+} ifl_event_type;
+
+typedef struct {
+    ifl_event_type type;
+    uint64_t request_id;
+    uint64_t session;
+    void *user;
+    int32_t position; /* QUEUED */
+    int32_t index;    /* TOKEN: 0, 1, ... */
+    int32_t token;    /* TOKEN: the id */
+    const char *text; /* TOKEN: newly released text, valid UTF-8 (may be empty). The
+                         concatenation of a request's token texts is its completion. */
+    size_t text_len;
+    ifl_finish finish;                        /* DONE */
+    int32_t prompt_tokens, completion_tokens; /* DONE */
+    /* DONE: monotonic microseconds (ifl_now_us); 0 when the stage was never reached */
+    uint64_t t_queued, t_admitted, t_first_token, t_finished;
+    const char *message; /* DONE with IFL_FINISH_ERROR */
+} ifl_event;
+
+/* One step, for metrics and the live batch view. */
+typedef struct {
+    uint64_t step; /* 1, 2, ... per batcher */
+    ifl_policy policy;
+    uint64_t t_start; /* monotonic microseconds */
+    double ms;        /* wall time of the backend step (+ sampling) */
+    int32_t n_seqs;   /* sequences in the step */
+    int32_t prefill_tokens, decode_tokens;
+    const uint64_t *request_ids; /* (n_seqs) valid during the callback */
+    const uint8_t *is_prefill;   /* (n_seqs) 1: a prefill chunk, 0: a decode token */
+    int32_t running, waiting;    /* after the step */
+    int32_t kv_used, kv_total;   /* blocks */
+} ifl_step_record;
+
+typedef struct {
+    ifl_policy policy;
+    int32_t max_batch;        /* most running sequences (default 64) */
+    int32_t max_queue;        /* most waiting requests (default 256) */
+    int32_t step_tokens;      /* token budget of a step (default 256; >= max_batch) */
+    int32_t eos_token;        /* -1: none */
+    const ifl_tokenizer *tok; /* for token text and stop strings (required) */
+    void (*on_event)(void *ud, const ifl_event *ev);
+    void (*on_step)(void *ud, const ifl_step_record *rec); /* optional */
+    void *ud;
+} ifl_batcher_params;
+
+typedef struct ifl_batcher ifl_batcher;
+
+/* Starts the batcher thread. The backend must have been created with max_seqs >= max_batch and
+ * max_tokens >= step_tokens; the batcher uses it exclusively (and frees nothing of it). */
+ifl_batcher *ifl_batcher_start(ifl_backend *be, const ifl_batcher_params *p, ifl_err *err);
+
+/* Stops the thread: every request still waiting or running ends with done(cancelled). */
+void ifl_batcher_stop(ifl_batcher *b);
+
+/* Queues a request. On success *id is set and a queued event has been emitted. On refusal the
+ * status says why and err has a sentence for the user; no event is emitted. */
+ifl_submit_status ifl_batcher_submit(ifl_batcher *b, const ifl_request_params *p, uint64_t *id,
+                                     ifl_err *err);
+
+/* Cancels one request (0 if it was unknown or already done) or all of a session's; a waiting one
+ * ends at once, a running one at the end of the step in flight. Returns how many were found. */
+int ifl_batcher_cancel(ifl_batcher *b, uint64_t request_id);
+int ifl_batcher_cancel_session(ifl_batcher *b, uint64_t session);
+
+typedef struct {
+    int32_t running, waiting;
+    int32_t kv_used, kv_total;
+    uint64_t steps;
+    uint64_t tokens_generated;
+} ifl_batcher_stats;
+void ifl_batcher_get_stats(ifl_batcher *b, ifl_batcher_stats *out);
+
+/* Blocks until no request is waiting or running (for tests and benchmarks). */
+void ifl_batcher_wait_idle(ifl_batcher *b);
+
+const char *ifl_batcher_name(const ifl_batcher *b);
+
+#endif

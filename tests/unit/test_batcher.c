@@ -1,0 +1,713 @@
+/* test_batcher.c: the shared batcher, both policies over the same weights in one process:
+ * exact token/done counts at 1, 8 and 64 concurrent requests; iterative interleaving vs static
+ * run-to-completion (event order); a seeded request gives the same tokens alone and in a busy
+ * batch; a 512-token prompt joins 16 decoding sequences without starving them or making a step more
+ * than 3x the median decode-only step; round-robin fairness across sessions; cancellation within
+ * one step (also of a whole session); queue_full, prompt_too_long and invalid requests; stop
+ * strings, end-of-text and text that adds up to the completion; no KV block leaked after any test.
+ * usage: test_batcher VOCAB_DIR */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "batcher.h"
+#include "make_model.h"
+#include "model.h"
+#include "testutil.h"
+#include "threadpool.h"
+#include "util.h"
+
+/* ---- an event log all tests read ---- */
+
+typedef struct {
+    ifl_event ev;
+    char *text;   /* copy of ev.text */
+    uint64_t seq; /* global order of arrival */
+} logged;
+
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t log_cond = PTHREAD_COND_INITIALIZER;
+static logged *evlog;
+static size_t n_log, cap_log;
+static ifl_step_record *steps;
+static uint64_t **step_ids;
+static uint8_t **step_pre;
+static size_t n_steps, cap_steps;
+
+static void on_event(void *ud, const ifl_event *ev)
+{
+    (void)ud;
+    pthread_mutex_lock(&log_lock);
+    if (n_log == cap_log) {
+        cap_log = cap_log ? 2 * cap_log : 4096;
+        evlog = realloc(evlog, cap_log * sizeof *evlog);
+    }
+    logged *l = &evlog[n_log];
+    l->ev = *ev;
+    l->text = NULL;
+    if (ev->type == IFL_EV_TOKEN) {
+        l->text = malloc(ev->text_len + 1);
+        memcpy(l->text, ev->text, ev->text_len);
+        l->text[ev->text_len] = 0;
+    }
+    l->ev.text = l->text;
+    l->ev.message = NULL;
+    l->seq = n_log++;
+    pthread_cond_broadcast(&log_cond);
+    pthread_mutex_unlock(&log_lock);
+}
+
+static void on_step(void *ud, const ifl_step_record *r)
+{
+    (void)ud;
+    pthread_mutex_lock(&log_lock);
+    if (n_steps == cap_steps) {
+        cap_steps = cap_steps ? 2 * cap_steps : 1024;
+        steps = realloc(steps, cap_steps * sizeof *steps);
+        step_ids = realloc(step_ids, cap_steps * sizeof *step_ids);
+        step_pre = realloc(step_pre, cap_steps * sizeof *step_pre);
+    }
+    steps[n_steps] = *r;
+    step_ids[n_steps] = malloc((size_t)r->n_seqs * sizeof(uint64_t));
+    step_pre[n_steps] = malloc((size_t)r->n_seqs);
+    memcpy(step_ids[n_steps], r->request_ids, (size_t)r->n_seqs * sizeof(uint64_t));
+    memcpy(step_pre[n_steps], r->is_prefill, (size_t)r->n_seqs);
+    n_steps++;
+    pthread_mutex_unlock(&log_lock);
+}
+
+static void log_clear(void)
+{
+    pthread_mutex_lock(&log_lock);
+    for (size_t i = 0; i < n_log; i++)
+        free(evlog[i].text);
+    n_log = 0;
+    for (size_t i = 0; i < n_steps; i++) {
+        free(step_ids[i]);
+        free(step_pre[i]);
+    }
+    n_steps = 0;
+    pthread_mutex_unlock(&log_lock);
+}
+
+static int count_events(uint64_t id, ifl_event_type t)
+{
+    int n = 0;
+    pthread_mutex_lock(&log_lock);
+    for (size_t i = 0; i < n_log; i++)
+        n += evlog[i].ev.request_id == id && evlog[i].ev.type == t;
+    pthread_mutex_unlock(&log_lock);
+    return n;
+}
+
+/* Waits until request id has at least n events of type t. */
+static void wait_events(uint64_t id, ifl_event_type t, int n)
+{
+    pthread_mutex_lock(&log_lock);
+    for (;;) {
+        int c = 0;
+        for (size_t i = 0; i < n_log; i++)
+            c += evlog[i].ev.request_id == id && evlog[i].ev.type == t;
+        if (c >= n)
+            break;
+        pthread_cond_wait(&log_cond, &log_lock);
+    }
+    pthread_mutex_unlock(&log_lock);
+}
+
+/* Global arrival index of the k-th event of type t of request id, or -1. */
+static long event_seq(uint64_t id, ifl_event_type t, int k)
+{
+    long at = -1;
+    pthread_mutex_lock(&log_lock);
+    for (size_t i = 0; i < n_log; i++)
+        if (evlog[i].ev.request_id == id && evlog[i].ev.type == t && k-- == 0) {
+            at = (long)evlog[i].seq;
+            break;
+        }
+    pthread_mutex_unlock(&log_lock);
+    return at;
+}
+
+/* ---- fixtures ---- */
+
+static ifl_model model;
+static ifl_tokenizer *tok;
+static ifl_threadpool *pool;
+static ifl_tokens hello;
+
+static ifl_backend *make_backend(int32_t max_seqs, int32_t max_tokens)
+{
+    ifl_err err;
+    ifl_backend_params bp = {.max_seqs = max_seqs,
+                             .max_tokens = max_tokens,
+                             .pool = pool,
+                             .kv_block_size = 16,
+                             .kv_blocks = 0};
+    ifl_backend *be = ifl_cpu_backend_new(&model, &bp, &err);
+    if (!be) {
+        fprintf(stderr, "backend: %s\n", err.msg);
+        exit(1);
+    }
+    return be;
+}
+
+static ifl_batcher *start(ifl_backend *be, ifl_policy pol, int32_t max_batch, int32_t max_queue,
+                          int32_t step_tokens)
+{
+    ifl_err err;
+    ifl_batcher_params p = {.policy = pol,
+                            .max_batch = max_batch,
+                            .max_queue = max_queue,
+                            .step_tokens = step_tokens,
+                            .eos_token = 50256,
+                            .tok = tok,
+                            .on_event = on_event,
+                            .on_step = on_step};
+    ifl_batcher *b = ifl_batcher_start(be, &p, &err);
+    if (!b) {
+        fprintf(stderr, "batcher: %s\n", err.msg);
+        exit(1);
+    }
+    return b;
+}
+
+static uint64_t submit(ifl_batcher *b, uint64_t session, const int32_t *prompt, int32_t n,
+                       int32_t max_tokens, float temperature, uint64_t seed, int n_stop,
+                       const char **stop)
+{
+    ifl_request_params rp = {.session = session,
+                             .prompt = prompt,
+                             .n_prompt = n,
+                             .max_tokens = max_tokens,
+                             .sampling = {.temperature = temperature, .top_k = 40, .top_p = 1},
+                             .seed = seed,
+                             .ignore_eos = 1,
+                             .n_stop = n_stop};
+    for (int i = 0; i < n_stop; i++)
+        rp.stop[i] = stop[i];
+    uint64_t id = 0;
+    ifl_err err;
+    ifl_submit_status st = ifl_batcher_submit(b, &rp, &id, &err);
+    CHECKF(st == IFL_SUBMIT_OK, "submit refused: %s", err.msg);
+    return id;
+}
+
+static void check_no_leak(ifl_batcher *b, const char *what)
+{
+    ifl_batcher_wait_idle(b);
+    ifl_batcher_stats st;
+    ifl_batcher_get_stats(b, &st);
+    CHECKF(st.kv_used == 0 && st.running == 0 && st.waiting == 0,
+           "%s: after the test %d KV blocks used, %d running, %d waiting", what, st.kv_used,
+           st.running, st.waiting);
+}
+
+/* The tokens and text of a finished request, checked for shape: queued first, started once,
+ * tokens 0..n-1 in order, one done last. Returns the token count. */
+static int collect(uint64_t id, int32_t *ids, int cap, char *text, size_t text_cap, ifl_event *done)
+{
+    int n_tok = 0, n_done = 0, n_started = 0, bad_order = 0, seen_queued = 0;
+    size_t tl = 0;
+    pthread_mutex_lock(&log_lock);
+    for (size_t i = 0; i < n_log; i++) {
+        const ifl_event *e = &evlog[i].ev;
+        if (e->request_id != id)
+            continue;
+        switch (e->type) {
+        case IFL_EV_QUEUED:
+            seen_queued = 1;
+            bad_order |= n_started || n_tok || n_done;
+            break;
+        case IFL_EV_STARTED:
+            n_started++;
+            bad_order |= n_tok || n_done || !seen_queued;
+            break;
+        case IFL_EV_TOKEN:
+            bad_order |= e->index != n_tok || n_done || !n_started;
+            if (n_tok < cap)
+                ids[n_tok] = e->token;
+            if (text && tl + e->text_len < text_cap) {
+                memcpy(text + tl, e->text, e->text_len);
+                tl += e->text_len;
+            }
+            n_tok++;
+            break;
+        case IFL_EV_DONE:
+            n_done++;
+            if (done)
+                *done = *e;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&log_lock);
+    if (text)
+        text[tl] = 0;
+    CHECKF(n_done == 1 && !bad_order && n_started <= 1,
+           "request %llu: %d done events, %d started, events out of order: %d",
+           (unsigned long long)id, n_done, n_started, bad_order);
+    return n_tok;
+}
+
+/* What the token ids decode to, through the same streaming UTF-8 repair as the batcher. */
+static void decode_stream(const int32_t *ids, int n, char *out)
+{
+    ifl_utf8_stream st;
+    ifl_utf8_stream_init(&st, IFL_UTF8_REPLACE);
+    size_t o = 0;
+    for (int i = 0; i < n; i++) {
+        size_t len;
+        const char *b = ifl_tokenizer_token_bytes(tok, ids[i], &len);
+        o += ifl_utf8_stream_push(&st, b, len, out + o);
+    }
+    o += ifl_utf8_stream_flush(&st, out + o);
+    out[o] = 0;
+}
+
+/* ---- the tests ---- */
+
+static void test_counts(ifl_batcher *b)
+{
+    static const int32_t ns[] = {1, 8, 64};
+    for (int t = 0; t < 3; t++) {
+        log_clear();
+        uint64_t ids[64];
+        for (int i = 0; i < ns[t]; i++)
+            ids[i] = submit(b, (uint64_t)(100 + i), hello.ids, (int32_t)hello.n, 32,
+                            i % 2 ? 0.8f : 0.0f, (uint64_t)i, 0, NULL);
+        ifl_batcher_wait_idle(b);
+        int good = 0;
+        for (int i = 0; i < ns[t]; i++) {
+            int32_t toks[64];
+            char text[8192], want[8192];
+            ifl_event done;
+            int n = collect(ids[i], toks, 64, text, sizeof text, &done);
+            decode_stream(toks, n, want);
+            CHECKF(n == 32 && done.finish == IFL_FINISH_LENGTH && done.completion_tokens == 32 &&
+                       done.prompt_tokens == (int32_t)hello.n,
+                   "%s, %d concurrent: request %d got %d tokens, finish %s, %d completion tokens",
+                   ifl_batcher_name(b), ns[t], i, n, ifl_finish_name(done.finish),
+                   done.completion_tokens);
+            CHECKF(!strcmp(text, want),
+                   "%s: request %d: token texts do not add up to the completion",
+                   ifl_batcher_name(b), i);
+            CHECK(done.t_queued <= done.t_admitted && done.t_admitted <= done.t_first_token &&
+                  done.t_first_token <= done.t_finished);
+            good += n == 32;
+        }
+        printf("%-9s %2d concurrent: %d/%d requests got exactly 32 tokens and one done\n",
+               ifl_batcher_name(b), ns[t], good, ns[t]);
+        check_no_leak(b, "counts");
+    }
+}
+
+/* A request arriving while 8 others are mid-generation: its first token comes before any of them
+ * finishes (iterative), or only after all of them have (static). */
+static void test_interleave(ifl_batcher *b)
+{
+    log_clear();
+    uint64_t ids[8];
+    for (int i = 0; i < 8; i++)
+        ids[i] = submit(b, 1, hello.ids, (int32_t)hello.n, 48, 0, 0, 0, NULL);
+    for (int i = 0; i < 8; i++)
+        wait_events(ids[i], IFL_EV_TOKEN, 4);
+    uint64_t late = submit(b, 2, hello.ids, (int32_t)hello.n, 8, 0, 0, 0, NULL);
+    ifl_batcher_wait_idle(b);
+    long first = event_seq(late, IFL_EV_TOKEN, 0);
+    long first_done = -1, last_done = -1;
+    for (int i = 0; i < 8; i++) {
+        long d = event_seq(ids[i], IFL_EV_DONE, 0);
+        first_done = first_done < 0 || d < first_done ? d : first_done;
+        last_done = d > last_done ? d : last_done;
+    }
+    if (!strcmp(ifl_batcher_name(b), "iterative")) {
+        CHECKF(first >= 0 && first < first_done,
+               "iterative: the late request's first token (event %ld) came after a running request "
+               "finished (event %ld)",
+               first, first_done);
+        printf("iterative: late request's first token at event %ld, first of the 8 done at %ld\n",
+               first, first_done);
+    } else {
+        CHECKF(first > last_done,
+               "static: the late request's first token (event %ld) came before "
+               "the running batch finished (event %ld)",
+               first, last_done);
+        printf("static:    late request's first token at event %ld, last of the 8 done at %ld\n",
+               first, last_done);
+    }
+    check_no_leak(b, "interleave");
+}
+
+static void test_seeded(ifl_batcher *b)
+{
+    log_clear();
+    int32_t alone[32], busy[32];
+    uint64_t id = submit(b, 7, hello.ids, (int32_t)hello.n, 32, 0.8f, 1234, 0, NULL);
+    ifl_batcher_wait_idle(b);
+    int n1 = collect(id, alone, 32, NULL, 0, NULL);
+    log_clear();
+    uint64_t mine = 0;
+    for (int i = 0; i < 32; i++) {
+        if (i == 13)
+            mine = submit(b, 7, hello.ids, (int32_t)hello.n, 32, 0.8f, 1234, 0, NULL);
+        else /* others: different prompts (lengths) and seeds */
+            submit(b, (uint64_t)(200 + i), hello.ids, (int32_t)hello.n - (i % 4), 32, 0.8f,
+                   (uint64_t)(5000 + i), 0, NULL);
+    }
+    ifl_batcher_wait_idle(b);
+    int n2 = collect(mine, busy, 32, NULL, 0, NULL);
+    CHECKF(
+        n1 == 32 && n2 == 32 && !memcmp(alone, busy, sizeof alone),
+        "seeded request (temperature 0.8, top-k 40, seed 1234) differs alone and in a batch of 32");
+    printf(
+        "seeded request: tokens identical alone and inside a batch of 32 (first: %d %d %d ...)\n",
+        alone[0], alone[1], alone[2]);
+    check_no_leak(b, "seeded");
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* A 512-token prompt admitted while 16 sequences decode. */
+static void test_long_prompt(ifl_batcher *b, int32_t budget)
+{
+    log_clear();
+    uint64_t ids[16];
+    for (int i = 0; i < 16; i++)
+        ids[i] = submit(b, (uint64_t)(300 + i), hello.ids, (int32_t)hello.n, 120, 0, 0, 0, NULL);
+    for (int i = 0; i < 16; i++)
+        wait_events(ids[i], IFL_EV_TOKEN, 12); /* a dozen decode-only steps to compare with */
+    int32_t longp[512];
+    for (int i = 0; i < 512; i++)
+        longp[i] = hello.ids[i % hello.n];
+    pthread_mutex_lock(&log_lock);
+    size_t step_mark = n_steps;
+    pthread_mutex_unlock(&log_lock);
+    uint64_t big = submit(b, 399, longp, 512, 4, 0, 0, 0, NULL);
+    wait_events(big, IFL_EV_TOKEN, 1);
+    pthread_mutex_lock(&log_lock);
+    size_t end = n_steps; /* the steps up to the long prompt's first token */
+    pthread_mutex_unlock(&log_lock);
+    wait_events(ids[0], IFL_EV_TOKEN, count_events(ids[0], IFL_EV_TOKEN) + 12);
+    pthread_mutex_lock(&log_lock);
+    int chunk_steps = 0, starved = 0;
+    double worst = 0, decode_ms[4096];
+    int n_dec_only = 0;
+    for (size_t s = 0; s < n_steps; s++) {
+        if (steps[s].prefill_tokens == 0 && n_dec_only < 4096)
+            decode_ms[n_dec_only++] = steps[s].ms;
+    }
+    for (size_t s = step_mark; s < end; s++) {
+        int has_big = 0, decoders = 0;
+        for (int32_t k = 0; k < steps[s].n_seqs; k++) {
+            has_big |= step_ids[s][k] == big;
+            for (int i = 0; i < 16; i++)
+                decoders += step_ids[s][k] == ids[i] && !step_pre[s][k];
+        }
+        if (!has_big)
+            continue;
+        chunk_steps++;
+        starved += decoders != 16;
+        worst = steps[s].ms > worst ? steps[s].ms : worst;
+        CHECKF(steps[s].prefill_tokens + steps[s].decode_tokens <= budget,
+               "step %llu ran %d tokens, over the budget of %d", (unsigned long long)steps[s].step,
+               steps[s].prefill_tokens + steps[s].decode_tokens, budget);
+    }
+    pthread_mutex_unlock(&log_lock);
+    qsort(decode_ms, (size_t)n_dec_only, sizeof *decode_ms, cmp_double);
+    double median = n_dec_only ? decode_ms[n_dec_only / 2] : 0;
+    CHECKF(chunk_steps >= 512 / budget, "the 512-token prompt took %d steps", chunk_steps);
+    CHECKF(starved == 0, "%d steps with the long prompt left a running sequence without a token",
+           starved);
+    CHECKF(n_dec_only >= 5 && worst <= 3 * median,
+           "the slowest prefill step took %.2f ms, more than 3x the median decode-only step "
+           "(%.2f ms over %d steps)",
+           worst, median, n_dec_only);
+    printf("512-token prompt with 16 decoding: %d prefill steps (budget %d tokens), every step "
+           "decoded all 16; slowest %.2f ms vs median decode-only %.2f ms (%.1fx)\n",
+           chunk_steps, budget, worst, median, median > 0 ? worst / median : 0);
+    for (int i = 0; i < 16; i++)
+        ifl_batcher_cancel(b, ids[i]);
+    check_no_leak(b, "long prompt");
+}
+
+/* Session A queues 40, then B queues 1: B is admitted within the next max_batch admissions. */
+static void test_fairness(ifl_batcher *b, int32_t max_batch)
+{
+    log_clear();
+    for (int i = 0; i < 40; i++)
+        submit(b, 0xA, hello.ids, (int32_t)hello.n, 6, 0, 0, 0, NULL);
+    pthread_mutex_lock(&log_lock);
+    size_t mark = n_log;
+    pthread_mutex_unlock(&log_lock);
+    uint64_t bid = submit(b, 0xB, hello.ids, (int32_t)hello.n, 6, 0, 0, 0, NULL);
+    ifl_batcher_wait_idle(b);
+    int admissions_before = 0, found = 0;
+    pthread_mutex_lock(&log_lock);
+    for (size_t i = mark; i < n_log; i++) {
+        if (evlog[i].ev.type != IFL_EV_STARTED)
+            continue;
+        if (evlog[i].ev.request_id == bid) {
+            found = 1;
+            break;
+        }
+        admissions_before++;
+    }
+    pthread_mutex_unlock(&log_lock);
+    CHECKF(found && admissions_before < max_batch,
+           "session B's request waited for %d admissions of session A (max_batch %d)",
+           admissions_before, max_batch);
+    printf("fairness: session B admitted after %d more admissions of A's 40 (max_batch %d)\n",
+           admissions_before, max_batch);
+    check_no_leak(b, "fairness");
+}
+
+static void test_cancel(ifl_batcher *b)
+{
+    log_clear();
+    uint64_t id = submit(b, 9, hello.ids, (int32_t)hello.n, 400, 0, 0, 0, NULL);
+    wait_events(id, IFL_EV_TOKEN, 3);
+    int before = count_events(id, IFL_EV_TOKEN);
+    CHECK(ifl_batcher_cancel(b, id) == 1);
+    wait_events(id, IFL_EV_DONE, 1);
+    int after = count_events(id, IFL_EV_TOKEN);
+    ifl_event done;
+    collect(id, NULL, 0, NULL, 0, &done);
+    CHECKF(done.finish == IFL_FINISH_CANCELLED && after - before <= 1,
+           "cancel: finish %s, %d tokens after the cancel", ifl_finish_name(done.finish),
+           after - before);
+    CHECK(ifl_batcher_cancel(b, id) == 0); /* already gone */
+    check_no_leak(b, "cancel");
+    /* a session going away: running and waiting requests alike */
+    log_clear();
+    uint64_t s_ids[6];
+    for (int i = 0; i < 6; i++)
+        s_ids[i] = submit(b, 77, hello.ids, (int32_t)hello.n, 300, 0, 0, 0, NULL);
+    uint64_t other = submit(b, 78, hello.ids, (int32_t)hello.n, 5, 0, 0, 0, NULL);
+    wait_events(s_ids[0], IFL_EV_TOKEN, 2);
+    CHECK(ifl_batcher_cancel_session(b, 77) == 6);
+    ifl_batcher_wait_idle(b);
+    int all_cancelled = 1;
+    for (int i = 0; i < 6; i++) {
+        collect(s_ids[i], NULL, 0, NULL, 0, &done);
+        all_cancelled &= done.finish == IFL_FINISH_CANCELLED;
+    }
+    collect(other, NULL, 0, NULL, 0, &done);
+    CHECK(all_cancelled && done.finish == IFL_FINISH_LENGTH && done.completion_tokens == 5);
+    printf("cancel: done(cancelled) with %d token(s) after the call; a session's 6 requests "
+           "cancelled, another session's finished\n",
+           after - before);
+    check_no_leak(b, "cancel session");
+}
+
+static void test_refusals(ifl_backend *be)
+{
+    log_clear();
+    ifl_batcher *b = start(be, IFL_POLICY_ITERATIVE, 1, 3, 64);
+    ifl_err err;
+    uint64_t id, first = submit(b, 1, hello.ids, (int32_t)hello.n, 500, 0, 0, 0, NULL);
+    wait_events(first, IFL_EV_TOKEN, 1); /* running: the batch of 1 is full */
+    for (int i = 0; i < 3; i++)
+        submit(b, 1, hello.ids, (int32_t)hello.n, 5, 0, 0, 0, NULL);
+    ifl_request_params rp = {.session = 2,
+                             .prompt = hello.ids,
+                             .n_prompt = (int32_t)hello.n,
+                             .max_tokens = 5,
+                             .sampling = {0, 0, 1}};
+    double t0 = ifl_now_s();
+    ifl_submit_status st = ifl_batcher_submit(b, &rp, &id, &err);
+    double dt = ifl_now_s() - t0;
+    CHECKF(st == IFL_SUBMIT_QUEUE_FULL, "4th waiting request: %s", ifl_submit_code(st));
+    printf("queue_full after %.3f ms: %s\n", dt * 1e3, err.msg);
+    rp.max_tokens = model.cfg.n_ctx;
+    st = ifl_batcher_submit(b, &rp, &id, &err);
+    CHECK(st == IFL_SUBMIT_TOO_LONG && strstr(err.msg, "context"));
+    printf("prompt_too_long: %s\n", err.msg);
+    rp.max_tokens = 5;
+    rp.n_prompt = 0;
+    st = ifl_batcher_submit(b, &rp, &id, &err);
+    CHECK(st == IFL_SUBMIT_INVALID);
+    printf("invalid: %s\n", err.msg);
+    int32_t bad_tok = 999999;
+    rp.prompt = &bad_tok;
+    rp.n_prompt = 1;
+    CHECK(ifl_batcher_submit(b, &rp, &id, &err) == IFL_SUBMIT_INVALID && strstr(err.msg, "999999"));
+    rp.prompt = hello.ids;
+    rp.n_prompt = (int32_t)hello.n;
+    rp.sampling.top_p = 0;
+    CHECK(ifl_batcher_submit(b, &rp, &id, &err) == IFL_SUBMIT_INVALID && strstr(err.msg, "top_p"));
+    rp.sampling.top_p = 1;
+    rp.n_stop = 1;
+    rp.stop[0] = "\xff\xfe";
+    CHECK(ifl_batcher_submit(b, &rp, &id, &err) == IFL_SUBMIT_INVALID && strstr(err.msg, "stop"));
+    ifl_batcher_cancel(b, first);
+    check_no_leak(b, "refusals");
+    /* stopping the batcher with requests queued: they all end cancelled */
+    log_clear();
+    uint64_t a = submit(b, 1, hello.ids, (int32_t)hello.n, 500, 0, 0, 0, NULL);
+    uint64_t c = submit(b, 1, hello.ids, (int32_t)hello.n, 500, 0, 0, 0, NULL);
+    wait_events(a, IFL_EV_TOKEN, 1);
+    ifl_batcher_stop(b);
+    ifl_event da, dc;
+    collect(a, NULL, 0, NULL, 0, &da);
+    collect(c, NULL, 0, NULL, 0, &dc);
+    CHECK(da.finish == IFL_FINISH_CANCELLED && dc.finish == IFL_FINISH_CANCELLED);
+}
+
+/* Stop strings and end-of-text against a greedy reference run. */
+static void test_stops(ifl_backend *be)
+{
+    log_clear();
+    ifl_batcher *b = start(be, IFL_POLICY_ITERATIVE, 4, 16, 64);
+    int32_t ref[48];
+    char ref_text[16384];
+    uint64_t id = submit(b, 1, hello.ids, (int32_t)hello.n, 48, 0, 0, 0, NULL);
+    ifl_batcher_wait_idle(b);
+    int n = collect(id, ref, 48, ref_text, sizeof ref_text, NULL);
+    size_t rl = strlen(ref_text);
+    CHECK(n == 48 && rl > 40);
+    /* 1. a stop string taken from the middle of the reference text (a whole UTF-8 run) */
+    size_t at = rl / 2;
+    while (at < rl && ((unsigned char)ref_text[at] & 0xC0) == 0x80)
+        at++;
+    size_t sl = 1;
+    while (sl < 6 && at + sl < rl) {
+        sl++;
+        while (at + sl < rl && ((unsigned char)ref_text[at + sl] & 0xC0) == 0x80)
+            sl++;
+    }
+    char stop[64];
+    memcpy(stop, ref_text + at, sl);
+    stop[sl] = 0;
+    const char *first_hit = strstr(ref_text, stop);
+    const char *stops[1] = {stop};
+    log_clear();
+    id = submit(b, 1, hello.ids, (int32_t)hello.n, 48, 0, 0, 1, stops);
+    ifl_batcher_wait_idle(b);
+    char got[16384];
+    ifl_event done;
+    collect(id, NULL, 0, got, sizeof got, &done);
+    CHECKF(done.finish == IFL_FINISH_STOP && strlen(got) == (size_t)(first_hit - ref_text) &&
+               !memcmp(got, ref_text, strlen(got)) && !strstr(got, stop),
+           "stop string \"%s\": finish %s, %zu bytes of text (want %zu)", stop,
+           ifl_finish_name(done.finish), strlen(got), (size_t)(first_hit - ref_text));
+    printf("stop string (%zu bytes from the middle of the text): finish %s after %d tokens, text "
+           "is the reference up to it, the stop string not emitted\n",
+           sl, ifl_finish_name(done.finish), done.completion_tokens);
+    /* 2. a stop string the text only starts: held back, then released at the end (length) */
+    char tail_stop[64];
+    size_t tl = 3 < rl ? 3 : rl;
+    while (tl < rl && ((unsigned char)ref_text[rl - tl] & 0xC0) == 0x80)
+        tl++; /* start on a character boundary */
+    memcpy(tail_stop, ref_text + rl - tl, tl);
+    strcpy(tail_stop + tl, "\x01never");
+    const char *stops2[1] = {tail_stop};
+    if (!strstr(ref_text, tail_stop)) {
+        log_clear();
+        id = submit(b, 1, hello.ids, (int32_t)hello.n, 48, 0, 0, 1, stops2);
+        ifl_batcher_wait_idle(b);
+        collect(id, NULL, 0, got, sizeof got, &done);
+        CHECKF(done.finish == IFL_FINISH_LENGTH && !strcmp(got, ref_text),
+               "held-back text was not released at the end");
+    }
+    ifl_batcher_stop(b);
+    /* 3. end-of-text: make the 5th greedy token the batcher's EOS */
+    log_clear();
+    ifl_err err;
+    ifl_batcher_params p = {.policy = IFL_POLICY_ITERATIVE,
+                            .max_batch = 4,
+                            .max_queue = 16,
+                            .step_tokens = 64,
+                            .eos_token = ref[4],
+                            .tok = tok,
+                            .on_event = on_event,
+                            .on_step = on_step};
+    b = ifl_batcher_start(be, &p, &err);
+    ifl_request_params rp = {.session = 1,
+                             .prompt = hello.ids,
+                             .n_prompt = (int32_t)hello.n,
+                             .max_tokens = 48,
+                             .sampling = {0, 0, 1},
+                             .ignore_eos = 0};
+    ifl_batcher_submit(b, &rp, &id, &err);
+    ifl_batcher_wait_idle(b);
+    int32_t toks[48];
+    int first_eos = 0;
+    while (ref[first_eos] != ref[4])
+        first_eos++;
+    int ne = collect(id, toks, 48, NULL, 0, &done);
+    CHECKF(done.finish == IFL_FINISH_EOS && ne == first_eos + 1 && done.completion_tokens == ne,
+           "eos: finish %s after %d tokens (want %d)", ifl_finish_name(done.finish), ne,
+           first_eos + 1);
+    ifl_batcher_stop(b);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: test_batcher VOCAB_DIR\n");
+        return 2;
+    }
+    char dir[4096];
+    test_tmpdir(dir, sizeof dir, "batcher");
+    ifl_make_model_opts o;
+    ifl_make_model_defaults(&o);
+    o.cfg.n_layer = 4;
+    o.cfg.n_head = 4;
+    o.cfg.n_embd = 256;
+    o.cfg.n_ctx = 1024;
+    o.seed = 31;
+    o.scale = 0.05;
+    o.vocab_dir = argv[1];
+    ifl_err err;
+    ifl_model_opts mo = {.cpu_layout = 1};
+    if (ifl_make_model(dir, &o, &err) || ifl_model_load(&model, dir, &mo, &err) ||
+        ifl_tokenizer_load(&tok, dir, &err)) {
+        fprintf(stderr, "setup: %s\n", err.msg);
+        return 1;
+    }
+    const char *h = "Hello, how are you?";
+    ifl_tokenizer_encode(tok, h, strlen(h), 0, &hello, &err);
+    pool = ifl_threadpool_new(ifl_n_cores());
+
+    /* Both policies over the same weights in one process, sharing one thread pool. */
+    ifl_backend *be_it = make_backend(64, 128), *be_st = make_backend(64, 128);
+    ifl_batcher *it = start(be_it, IFL_POLICY_ITERATIVE, 64, 256, 128);
+    ifl_batcher *st = start(be_st, IFL_POLICY_STATIC, 64, 256, 128);
+    test_counts(it);
+    test_counts(st);
+    test_interleave(it);
+    test_interleave(st);
+    test_seeded(it);
+    ifl_batcher_stop(it);
+    ifl_batcher_stop(st);
+    ifl_backend_free(be_st);
+
+    int32_t budget = 48;
+    ifl_batcher *lp = start(be_it, IFL_POLICY_ITERATIVE, 32, 64, budget);
+    test_long_prompt(lp, budget);
+    ifl_batcher_stop(lp);
+    ifl_batcher *fb = start(be_it, IFL_POLICY_ITERATIVE, 4, 64, 64);
+    test_fairness(fb, 4);
+    test_cancel(fb);
+    ifl_batcher_stop(fb);
+    test_refusals(be_it);
+    test_stops(be_it);
+
+    log_clear();
+    free(evlog);
+    free(steps);
+    free(step_ids);
+    free(step_pre);
+    ifl_backend_free(be_it);
+    ifl_threadpool_free(pool);
+    ifl_tokens_free(&hello);
+    ifl_tokenizer_free(tok);
+    ifl_model_free(&model);
+    test_rmdir(dir);
+    return test_finish("test_batcher");
+}
