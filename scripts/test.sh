@@ -2,7 +2,9 @@
 # test.sh: sets up a fresh Debian 12 machine (scripts/setup.sh), builds, and runs every test:
 #   1. the Release build and the whole CTest suite;
 #   2. an ASan/UBSan build and the suite again (except the benchmarks-sized tests);
-#   3. valgrind memcheck over the model-loading, tokenizer and forward-pass tests.
+#   3. ThreadSanitizer over the batcher and the multi-threaded kernels (built without OpenBLAS,
+#      which is not instrumented);
+#   4. valgrind memcheck over the model-loading, tokenizer and forward-pass tests.
 # Ends with CTest's summary line of the last stage. Exit status: 0 only if every stage passed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +19,11 @@ echo "== ASan/UBSan build and tests"
 scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug -DINFLIGHT_SANITIZE=ON
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE slow
+
+echo "== ThreadSanitizer build and threaded tests"
+scripts/build.sh build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DINFLIGHT_TSAN=ON -DINFLIGHT_BLAS=OFF
+IFL_TEST_QUICK=1 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+  ctest --test-dir build-tsan --output-on-failure -j "$jobs" -R 'test_batcher|test_batched|test_matmul'
 
 echo "== valgrind memcheck"
 scripts/build.sh build-valgrind -DCMAKE_BUILD_TYPE=Debug -DINFLIGHT_NATIVE=OFF

@@ -68,6 +68,13 @@ for w in f32 f16 bf16; do
   check "--weights $w" sh -c "'$bin' generate --model '$m' --prompt hi -n 3 --weights $w --ids >/dev/null 2>&1"
 done
 
+# the scheduler benchmark, both policies, closed and open loop (tiny run)
+"$bin" bench --model "$m" --concurrency 3 --max-tokens 4 --interval-ms 5 >"$tmp/bench" 2>&1
+check "bench (closed loop) reports both policies" grep -q "iterative vs static: p90 time to first token" "$tmp/bench"
+"$bin" bench --model "$m" --policy iterative --rate 50 --requests 5 --max-tokens 3 >"$tmp/bench2" 2>&1
+check "bench (open loop) reports throughput" grep -qE "response throughput .* \(15 tokens" "$tmp/bench2"
+expect_exit 2 "--policy" "$bin" bench --model "$m" --policy fastest
+
 # errors
 expect_exit 1 "config.json: cannot open" "$bin" generate --model "$tmp/nope" --prompt hi
 expect_exit 1 "exceeds the model's context of 128" "$bin" generate --model "$m" --prompt hi -n 500
@@ -77,7 +84,6 @@ expect_exit 2 "--weights: 'q8'" "$bin" generate --model "$m" --prompt hi --weigh
 expect_exit 2 "--prompt TEXT is required" "$bin" generate --model "$m"
 expect_exit 2 "unknown option" "$bin" generate --model "$m" --prompt hi --frobnicate
 expect_exit 1 "no CUDA backend" "$bin" generate --model "$m" --prompt hi --device cuda
-expect_exit 2 "--engine" "$bin" bench
 cp -r "$m" "$tmp/trunc"
 head -c 100000 "$m/model.safetensors" >"$tmp/trunc/model.safetensors"
 expect_exit 1 "truncated" "$bin" generate --model "$tmp/trunc" --prompt hi

@@ -423,13 +423,20 @@ static void test_long_prompt(ifl_batcher *b, int32_t budget)
     CHECKF(chunk_steps >= 512 / budget, "the 512-token prompt took %d steps", chunk_steps);
     CHECKF(starved == 0, "%d steps with the long prompt left a running sequence without a token",
            starved);
-    CHECKF(n_dec_only >= 5 && worst <= 3 * median,
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+    /* Sanitizers slow memory accesses and atomics unevenly: step times are not asserted there. */
+    const int timing_asserted = 0;
+#else
+    const int timing_asserted = 1;
+#endif
+    CHECKF(n_dec_only >= 5 && (!timing_asserted || worst <= 3 * median),
            "the slowest prefill step took %.2f ms, more than 3x the median decode-only step "
            "(%.2f ms over %d steps)",
            worst, median, n_dec_only);
     printf("512-token prompt with 16 decoding: %d prefill steps (budget %d tokens), every step "
-           "decoded all 16; slowest %.2f ms vs median decode-only %.2f ms (%.1fx)\n",
-           chunk_steps, budget, worst, median, median > 0 ? worst / median : 0);
+           "decoded all 16; slowest %.2f ms vs median decode-only %.2f ms (%.1fx%s)\n",
+           chunk_steps, budget, worst, median, median > 0 ? worst / median : 0,
+           timing_asserted ? "" : ", not asserted under sanitizers");
     for (int i = 0; i < 16; i++)
         ifl_batcher_cancel(b, ids[i]);
     check_no_leak(b, "long prompt");
