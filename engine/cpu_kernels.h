@@ -1,11 +1,11 @@
 /* cpu_kernels.h: the CPU backend's compute kernels: matrix products over f32/f16/bf16 weights,
- * LayerNorm, GELU, softmax and paged attention.
+ * LayerNorm, GELU, softmax, and a memory-bandwidth probe.
  *
  * Every kernel that takes (ith, nth) computes only its own share, so the backend can hand it to the
- * thread pool; the others are small enough to run on one thread. Matrix products: for a few rows
- * (decode) a streaming kernel reads each weight once (memory-bound, AVX-512 where available); for
- * more rows OpenBLAS sgemm runs on each thread's column slice, after converting 16-bit weights to
- * f32 in cache-sized blocks. Not thread-safe beyond that: scratch is per thread. */
+ * thread pool; the others are small enough to run on one thread. Matrix products stream weights
+ * stored in 64-byte panels (tensor.h) once per call, whatever the number of rows (AVX-512 where
+ * available); OpenBLAS sgemm takes the larger products in builds without AVX-512 (see
+ * ifl_matmul_default_gemv_rows). Not thread-safe beyond that: scratch is per thread. */
 #ifndef IFL_CPU_KERNELS_H
 #define IFL_CPU_KERNELS_H
 
