@@ -518,8 +518,9 @@ static void test_refusals(ifl_backend *be)
     ifl_err err;
     uint64_t id, first = submit(b, 1, hello.ids, (int32_t)hello.n, 500, 0, 0, 0, NULL);
     wait_events(first, IFL_EV_TOKEN, 1); /* running: the batch of 1 is full */
+    uint64_t waiting[3];
     for (int i = 0; i < 3; i++)
-        submit(b, 1, hello.ids, (int32_t)hello.n, 5, 0, 0, 0, NULL);
+        waiting[i] = submit(b, 1, hello.ids, (int32_t)hello.n, 5, 0, 0, 0, NULL);
     ifl_request_params rp = {.session = 2,
                              .prompt = hello.ids,
                              .n_prompt = (int32_t)hello.n,
@@ -552,6 +553,19 @@ static void test_refusals(ifl_backend *be)
     rp.stop[0] = "\xff\xfe";
     CHECK(ifl_batcher_submit(b, &rp, &id, &err) == IFL_SUBMIT_INVALID && strstr(err.msg, "stop"));
     ifl_batcher_cancel(b, first);
+    ifl_batcher_wait_idle(b);
+    /* The last of the 3 waiting requests saw its position go 3, 2, 1 as the others were admitted.
+     */
+    int32_t seen[8], n_seen = 0;
+    pthread_mutex_lock(&log_lock);
+    for (size_t i = 0; i < n_log && n_seen < 8; i++)
+        if (evlog[i].ev.request_id == waiting[2] && evlog[i].ev.type == IFL_EV_QUEUED)
+            seen[n_seen++] = evlog[i].ev.position;
+    pthread_mutex_unlock(&log_lock);
+    CHECKF(n_seen == 3 && seen[0] == 3 && seen[1] == 2 && seen[2] == 1,
+           "queue positions of the third waiting request: %d events (%d %d %d)", n_seen,
+           n_seen > 0 ? seen[0] : -1, n_seen > 1 ? seen[1] : -1, n_seen > 2 ? seen[2] : -1);
+    printf("queue positions published: 3, 2, 1 as the requests ahead were admitted\n");
     check_no_leak(b, "refusals");
     /* stopping the batcher with requests queued: they all end cancelled */
     log_clear();
