@@ -269,19 +269,6 @@ static void req_free(req *r)
     free(r);
 }
 
-static int utf8_valid(const char *s, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        uint32_t cp;
-        int k = ifl_utf8_decode((const unsigned char *)s + i, n - i, &cp);
-        if (k <= 0)
-            return 0;
-        i += (size_t)k;
-    }
-    return 1;
-}
-
 ifl_submit_status ifl_batcher_submit(ifl_batcher *b, const ifl_request_params *p, uint64_t *id,
                                      ifl_err *err)
 {
@@ -324,7 +311,7 @@ ifl_submit_status ifl_batcher_submit(ifl_batcher *b, const ifl_request_params *p
     }
     for (int i = 0; i < p->n_stop; i++) {
         size_t n = p->stop[i] ? strlen(p->stop[i]) : 0;
-        if (n == 0 || n > IFL_MAX_STOP_BYTES || !utf8_valid(p->stop[i], n)) {
+        if (n == 0 || n > IFL_MAX_STOP_BYTES || !ifl_utf8_valid(p->stop[i], n)) {
             ifl_err_set(err, "stop string %d must be 1 to %d bytes of valid UTF-8", i,
                         IFL_MAX_STOP_BYTES);
             return IFL_SUBMIT_INVALID;

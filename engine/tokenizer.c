@@ -410,6 +410,19 @@ int ifl_utf8_decode(const unsigned char *s, size_t n, uint32_t *cp)
     return need + 1;
 }
 
+int ifl_utf8_valid(const char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        uint32_t cp;
+        int k = ifl_utf8_decode((const unsigned char *)s + i, n - i, &cp);
+        if (k <= 0)
+            return 0;
+        i += (size_t)k;
+    }
+    return 1;
+}
+
 static int in_ranges(const uint32_t (*r)[2], int n, uint32_t cp)
 {
     int lo = 0, hi = n - 1;

@@ -76,6 +76,9 @@ static inline size_t ifl_utf8_stream_cap(size_t n)
  * -k means "the first k bytes are a valid start but the sequence is cut or broken there". */
 int ifl_utf8_decode(const unsigned char *s, size_t n, uint32_t *cp);
 
+/* 1 if s[0..n) is valid UTF-8. */
+int ifl_utf8_valid(const char *s, size_t n);
+
 /* Character class of a code point in the pre-tokenizer's terms. */
 enum { IFL_UC_OTHER = 0, IFL_UC_LETTER = 1, IFL_UC_NUMBER = 2, IFL_UC_SPACE = 3 };
 int ifl_unicode_class(uint32_t cp);

@@ -30,20 +30,6 @@ static int roundtrip(const char *s, size_t n)
     return ok;
 }
 
-/* 1 if s[0..n) is valid UTF-8. */
-static int valid_utf8(const char *s, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        uint32_t cp;
-        int k = ifl_utf8_decode((const unsigned char *)s + i, n - i, &cp);
-        if (k <= 0)
-            return 0;
-        i += (size_t)k;
-    }
-    return 1;
-}
-
 /* Streams the tokens of `text` one at a time; checks every chunk is whole characters (REPLACE mode)
  * and that the chunks add up to the text. Returns the number of pushes that emitted nothing. */
 static int stream_check(const char *text, ifl_utf8_mode mode, int expect_exact)
@@ -61,7 +47,7 @@ static int stream_check(const char *text, ifl_utf8_mode mode, int expect_exact)
         const char *b = ifl_tokenizer_token_bytes(tok, ids.ids[i], &len);
         size_t k = ifl_utf8_stream_push(&st, b, len, buf);
         if (mode == IFL_UTF8_REPLACE)
-            CHECKF(valid_utf8(buf, k), "chunk %zu of \"%s\" is not valid UTF-8", i, text);
+            CHECKF(ifl_utf8_valid(buf, k), "chunk %zu of \"%s\" is not valid UTF-8", i, text);
         held += k == 0;
         memcpy(out + o, buf, k);
         o += k;
