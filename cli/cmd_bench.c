@@ -212,7 +212,6 @@ static int bench_engine(int argc, char **argv)
         {0, 0, 0, 0},
     };
     const char *cmd = "bench", *dir = NULL;
-    int engine = 0;
     int32_t threads = 0, steps = 0, prefill = 512, repeat = 3, sgemm_above = 0;
     int32_t batches[32] = {1, 8, 64};
     int n_batches = 3;
@@ -222,7 +221,7 @@ static int bench_engine(int argc, char **argv)
     int c;
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         switch (c) {
-        case 'e': engine = 1; break;
+        case 'e': break; /* cmd_bench dispatched here because of it */
         case 'm': dir = optarg; break;
         case 'w':
             if (cli_weights(cmd, optarg, &mo))
@@ -270,7 +269,6 @@ static int bench_engine(int argc, char **argv)
     }
     if (optind < argc)
         return cli_usage_error(cmd, "unexpected argument");
-    (void)engine;
     int rc = 1;
     ifl_err err;
     ifl_model model = {0};

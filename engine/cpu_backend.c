@@ -49,7 +49,6 @@ typedef struct {
     size_t block_floats; /* L * 2 * H * D * BS */
     /* run state, one allocation */
     void *arena;
-    size_t arena_bytes;
     float *x;          /* (T, C) residual stream */
     float *xn;         /* (T, C) normalised input of a sub-layer */
     float *qkv;        /* (T, 3C) */
@@ -502,7 +501,6 @@ ifl_backend *ifl_cpu_backend_new(const ifl_model *m, const ifl_backend_params *p
         goto fail;
     }
     memset(be->arena, 0, (total + 63) & ~(size_t)63);
-    be->arena_bytes = total;
     float *f = be->arena;
     float **dst[] = {&be->x,  &be->xn, &be->qkv,    &be->att,
                      &be->ff, &be->xf, &be->scores, &be->mm_scratch};
