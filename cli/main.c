@@ -12,7 +12,9 @@ static void usage(FILE *f)
                "  generate     stream a completion of a prompt to stdout\n"
                "  tokenize     print the GPT-2 token ids of stdin\n"
                "  make-model   write a random GPT-2 in the Hugging Face layout\n"
-               "  bench        measure the engine (--engine)\n"
+               "  serve        the chat page and WebSocket API in front of both batchers\n"
+               "  client       the terminal demo and the benchmark against a running server\n"
+               "  bench        measure the scheduler in-process (or the engine: --engine)\n"
                "  version      print the version\n"
                "\n"
                "Run 'inflight <command> --help' for the options of a command.\n");
@@ -29,10 +31,8 @@ int main(int argc, char **argv)
         const char *name;
         int (*fn)(int, char **);
     } cmds[] = {
-        {"generate", cmd_generate},
-        {"tokenize", cmd_tokenize},
-        {"make-model", cmd_make_model},
-        {"bench", cmd_bench},
+        {"generate", cmd_generate}, {"tokenize", cmd_tokenize}, {"make-model", cmd_make_model},
+        {"bench", cmd_bench},       {"serve", cmd_serve},       {"client", cmd_client},
     };
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (!strcmp(cmd, cmds[i].name))

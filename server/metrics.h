@@ -1,0 +1,69 @@
+/* metrics.h: the server's Prometheus metrics: counters, gauges and fixed-bucket histograms,
+ * rendered in the text exposition format 0.0.4.
+ *
+ * Thread: everything here is touched by the service thread only (batcher events reach it through
+ * the event queue), so there are no locks. Gauges that belong to a batcher (running, waiting, KV
+ * blocks) are read from the batchers when /metrics is rendered. */
+#ifndef IFL_METRICS_H
+#define IFL_METRICS_H
+
+#include <stdint.h>
+
+#include "batcher.h"
+#include "strbuf.h"
+
+#define METRICS_MAX_BUCKETS 16
+#define METRICS_N_POLICIES 2
+#define METRICS_N_FINISH 5
+
+typedef struct {
+    int n;                               /* buckets (upper bounds), +Inf implied */
+    double le[METRICS_MAX_BUCKETS];      /* (n) ascending */
+    uint64_t count[METRICS_MAX_BUCKETS]; /* (n) observations <= le[i] (not cumulative) */
+    uint64_t total;
+    double sum;
+} metrics_hist;
+
+void metrics_hist_init(metrics_hist *h, const double *le, int n);
+void metrics_hist_observe(metrics_hist *h, double v);
+
+/* Error codes counted on /metrics (requests refused and protocol errors). */
+#define METRICS_MAX_CODES 24
+
+typedef struct {
+    /* per policy */
+    uint64_t requests[METRICS_N_POLICIES][METRICS_N_FINISH]; /* finished, by finish reason */
+    uint64_t tokens[METRICS_N_POLICIES];                     /* generated */
+    uint64_t prompt_tokens[METRICS_N_POLICIES];
+    uint64_t steps[METRICS_N_POLICIES];
+    metrics_hist ttft[METRICS_N_POLICIES];  /* seconds, arrival to first token */
+    metrics_hist itl[METRICS_N_POLICIES];   /* seconds between a request's tokens */
+    metrics_hist queue[METRICS_N_POLICIES]; /* seconds, arrival to admission */
+    metrics_hist e2e[METRICS_N_POLICIES];   /* seconds, arrival to done */
+    metrics_hist batch[METRICS_N_POLICIES]; /* sequences per step */
+    metrics_hist step_s[METRICS_N_POLICIES];
+    /* errors by code */
+    int n_codes;
+    const char *code[METRICS_MAX_CODES];
+    uint64_t code_count[METRICS_MAX_CODES];
+    /* connections */
+    uint64_t connections_total, connections_open;
+    uint64_t closed_slow, closed_too_big, closed_bad_utf8, closed_limit;
+    uint64_t frames_sent, bytes_sent, step_frames_dropped;
+    uint64_t http_requests;
+    double start_time_s; /* unix time */
+} metrics;
+
+void metrics_init(metrics *m);
+void metrics_count_error(metrics *m, const char *code); /* code: a string literal */
+
+typedef struct {
+    ifl_batcher_stats stats[METRICS_N_POLICIES];
+    int have_stats;
+    int ready;
+} metrics_live;
+
+/* Renders everything into sb (appending). */
+void metrics_render(const metrics *m, const metrics_live *live, strbuf *sb);
+
+#endif

@@ -1,0 +1,1320 @@
+/* server.c: `inflight serve` (server.h): libwebsockets service loop, HTTP routes, the /ws
+ * protocol, and the hand-off between the batcher threads and the service thread.
+ *
+ * State and its guards:
+ *   {evq_lock}  the event queue: batcher events and step records, in the order they happened.
+ *               Pushed by the batcher threads (and by the service thread itself, since `queued`
+ *               is emitted inside ifl_batcher_submit), drained by the service thread.
+ *   service     connections, their outboxes and request tables, metrics, every JSON byte.
+ *   thread
+ *   atomics     ready / load_failed (set once by the loader thread).
+ * A request (srv_req) is created by the service thread at submission and freed by it when its
+ * done event is drained; if its connection closes first, req->conn becomes NULL and its events are
+ * dropped on arrival. The done event's queue item lives inside the srv_req, so the one event that
+ * must never be lost needs no allocation on the batcher thread. */
+#include "server.h"
+
+#include <errno.h>
+#include <libwebsockets.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "batcher.h"
+#include "metrics.h"
+#include "protocol.h"
+#include "strbuf.h"
+#include "threadpool.h"
+#include "tokenizer.h"
+#include "util.h"
+
+#define HTTP_MAX_FILE (8u << 20)
+#define HTTP_CHUNK 16384
+#define CLOSE_TRY_AGAIN_LATER 1013
+
+void ifl_server_opts_default(ifl_server_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->host = "127.0.0.1";
+    o->port = 8080;
+    o->web_dir = NULL;
+    o->device = "auto";
+    o->model_opts.cpu_layout = 1;
+    o->max_batch = 64;
+    o->max_queue = 256;
+    o->step_tokens = 256;
+    o->max_connections = 256;
+    o->max_inflight = 64;
+    o->max_message = 65536;
+    o->max_outbox = 1 << 20;
+    o->default_max_tokens = 64;
+    o->default_temperature = 0.8;
+    o->default_top_p = 0.95;
+    o->default_top_k = 40;
+    o->log_requests = 1;
+}
+
+/* ---- types ---------------------------------------------------------------------------------- */
+
+typedef struct srv_conn srv_conn;
+
+/* One entry of the event queue. */
+typedef struct evq_item {
+    struct evq_item *next;
+    int is_step;
+    int embedded;         /* lives inside its srv_req (the done event): not freed on its own */
+    uint64_t stamp;       /* monotonic us when the batcher emitted it */
+    ifl_event ev;         /* text / message point into `data` */
+    ifl_step_record step; /* request_ids / is_prefill point into `data` */
+    char data[];
+} evq_item;
+
+typedef struct srv_req {
+    srv_conn *conn;       /* NULL once the connection closed */
+    struct srv_req *next; /* in conn->reqs */
+    char id[PROTO_MAX_ID + 1];
+    ifl_policy policy;
+    uint64_t rid; /* the batcher's request id */
+    uint64_t seed;
+    uint64_t session;
+    int32_t prompt_tokens, max_tokens;
+    uint64_t t_arrival, t_first, t_last; /* monotonic us */
+    int32_t n_tokens;
+    evq_item done;              /* the done event's queue item */
+    char done_msg[IFL_ERR_MAX]; /* its message (finish error) */
+} srv_req;
+
+typedef struct srv_frame {
+    struct srv_frame *next;
+    char *buf; /* LWS_PRE + len */
+    size_t len;
+} srv_frame;
+
+/* Per-connection state (lws per-session data, zeroed by lws; also used by plain HTTP). */
+struct srv_conn {
+    struct lws *wsi;
+    srv_conn *next; /* in server.conns */
+    int is_ws;
+    uint64_t session;
+    char session_hex[17];
+    char peer[64];
+    srv_req *reqs;
+    int32_t n_reqs;
+    srv_frame *out_head, *out_tail;
+    size_t out_bytes;
+    int subscribed;
+    uint64_t steps_dropped;
+    char *rx;
+    size_t rx_len, rx_cap;
+    int rx_binary;
+    int closing;   /* close once the outbox is written */
+    int close_now; /* close at the next writeable, dropping the outbox */
+    int close_code;
+    char close_reason[120];
+    /* HTTP response being written */
+    char *http_body;
+    size_t http_len, http_sent;
+};
+
+typedef struct {
+    const ifl_server_opts *o;
+    struct lws_context *ctx;
+    int port;
+    uint64_t t0_us;
+    /* written by the loader thread before `ready` is set */
+    ifl_model model;
+    ifl_tokenizer *tok;
+    ifl_threadpool *pool;
+    ifl_backend *be[2];
+    ifl_batcher *b[2];
+    char device_desc[256];
+    atomic_int ready, load_failed, load_done;
+    char load_error[IFL_ERR_MAX];
+    pthread_t loader;
+    int loader_started;
+    /* {evq_lock} */
+    pthread_mutex_t evq_lock;
+    evq_item *evq_head, *evq_tail;
+    int evq_wake_pending;
+    /* service thread */
+    srv_conn *conns;
+    int32_t n_conns;
+    metrics m;
+    proto_limits lim;
+    int stopping;
+    uint64_t rng_state;
+} server;
+
+static server *g_srv; /* for the signal handler */
+static volatile sig_atomic_t g_signals;
+
+/* ---- small helpers -------------------------------------------------------------------------- */
+
+static uint64_t random_u64(server *s)
+{
+    uint64_t v;
+    if (getrandom(&v, sizeof v, GRND_NONBLOCK) == (ssize_t)sizeof v)
+        return v;
+    /* splitmix64 over a clock-seeded state */
+    uint64_t z = (s->rng_state += 0x9E3779B97F4A7C15ull) ^ ifl_now_us();
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double ms_between(uint64_t a, uint64_t b)
+{
+    return b > a ? (double)(b - a) / 1e3 : 0;
+}
+
+/* ---- the event queue (any thread -> service thread) ----------------------------------------- */
+
+static void evq_push(server *s, evq_item *it)
+{
+    it->next = NULL;
+    pthread_mutex_lock(&s->evq_lock);
+    if (s->evq_tail)
+        s->evq_tail->next = it;
+    else
+        s->evq_head = it;
+    s->evq_tail = it;
+    int wake = !s->evq_wake_pending;
+    s->evq_wake_pending = 1;
+    pthread_mutex_unlock(&s->evq_lock);
+    if (wake && s->ctx)
+        lws_cancel_service(s->ctx);
+}
+
+/* Batcher thread (or the service thread inside submit). Copies what it needs: nothing in `ev`
+ * outlives the call. */
+static void on_batcher_event(void *ud, const ifl_event *ev)
+{
+    server *s = ud;
+    srv_req *r = ev->user;
+    evq_item *it;
+    if (ev->type == IFL_EV_DONE) {
+        it = &r->done;
+        memset(it, 0, sizeof *it);
+        it->embedded = 1;
+        it->ev = *ev;
+        it->ev.text = NULL;
+        it->ev.message = NULL;
+        if (ev->message) {
+            snprintf(r->done_msg, sizeof r->done_msg, "%s", ev->message);
+            it->ev.message = r->done_msg;
+        }
+    } else {
+        size_t tl = ev->type == IFL_EV_TOKEN ? ev->text_len : 0;
+        it = malloc(sizeof *it + tl + 1);
+        if (!it)
+            return; /* out of memory: the frame is lost (the done event is not) */
+        memset(it, 0, sizeof *it);
+        it->ev = *ev;
+        it->ev.message = NULL;
+        if (tl)
+            memcpy(it->data, ev->text, tl);
+        it->data[tl] = 0;
+        it->ev.text = it->data;
+        it->ev.text_len = tl;
+    }
+    it->stamp = ifl_now_us();
+    evq_push(s, it);
+}
+
+static void on_batcher_step(void *ud, const ifl_step_record *rec)
+{
+    server *s = ud;
+    size_t n = rec->n_seqs > 0 ? (size_t)rec->n_seqs : 0;
+    evq_item *it = malloc(sizeof *it + n * (sizeof(uint64_t) + 1) + 8);
+    if (!it)
+        return;
+    memset(it, 0, sizeof *it);
+    it->is_step = 1;
+    it->step = *rec;
+    uint64_t *ids = (uint64_t *)(void *)it->data; /* data is max-aligned (flexible member) */
+    uint8_t *pre = (uint8_t *)(ids + n);
+    if (n) {
+        memcpy(ids, rec->request_ids, n * sizeof *ids);
+        memcpy(pre, rec->is_prefill, n);
+    }
+    it->step.request_ids = ids;
+    it->step.is_prefill = pre;
+    it->stamp = ifl_now_us();
+    evq_push(s, it);
+}
+
+/* ---- outboxes (service thread) -------------------------------------------------------------- */
+
+static void conn_free_outbox(srv_conn *c)
+{
+    for (srv_frame *f = c->out_head, *n; f; f = n) {
+        n = f->next;
+        free(f->buf);
+        free(f);
+    }
+    c->out_head = c->out_tail = NULL;
+    c->out_bytes = 0;
+}
+
+static void cancel_conn_requests(server *s, srv_conn *c)
+{
+    if (!c->n_reqs)
+        return;
+    for (int p = 0; p < 2; p++)
+        if (s->b[p])
+            ifl_batcher_cancel_session(s->b[p], c->session);
+}
+
+/* Marks a connection to be closed with `code` at its next writeable (outbox dropped). */
+static void conn_close_now(server *s, srv_conn *c, int code, const char *reason)
+{
+    if (c->close_now)
+        return;
+    cancel_conn_requests(s, c);
+    conn_free_outbox(c);
+    c->close_now = 1;
+    c->close_code = code;
+    snprintf(c->close_reason, sizeof c->close_reason, "%s", reason);
+    if (c->wsi) {
+        lws_callback_on_writable(c->wsi);
+        /* a peer that reads nothing never lets the close frame out: drop it after 2 s */
+        lws_set_timeout(c->wsi, PENDING_TIMEOUT_USER_OK, 2);
+    }
+}
+
+/* Queues the text of sb (built with LWS_PRE in front) as one frame. Takes the buffer. */
+static void conn_send(server *s, srv_conn *c, strbuf *sb)
+{
+    if (!sb_ok(sb) || c->close_now) {
+        sb_free(sb);
+        return;
+    }
+    size_t len = sb->len;
+    if (c->out_bytes + len > (size_t)s->o->max_outbox) {
+        char why[120];
+        snprintf(why, sizeof why, "too slow: %zu bytes waiting to be sent, limit %d",
+                 c->out_bytes + len, s->o->max_outbox);
+        sb_free(sb);
+        s->m.closed_slow++;
+        if (!s->o->quiet)
+            fprintf(stderr, "inflight: closing session %s (%s): %s\n", c->session_hex, c->peer,
+                    why);
+        conn_close_now(s, c, LWS_CLOSE_STATUS_POLICY_VIOLATION, why);
+        return;
+    }
+    srv_frame *f = malloc(sizeof *f);
+    if (!f) {
+        sb_free(sb);
+        return;
+    }
+    f->next = NULL;
+    f->len = len;
+    f->buf = sb_steal(sb);
+    int was_empty = !c->out_head;
+    if (c->out_tail)
+        c->out_tail->next = f;
+    else
+        c->out_head = f;
+    c->out_tail = f;
+    c->out_bytes += len;
+    if (was_empty && c->wsi)
+        lws_callback_on_writable(c->wsi);
+}
+
+static void send_error(server *s, srv_conn *c, const char *id, const char *code,
+                       const char *message)
+{
+    metrics_count_error(&s->m, code);
+    strbuf sb;
+    sb_init(&sb, LWS_PRE);
+    sb_puts(&sb, "{\"type\":\"error\",\"id\":");
+    if (id)
+        sb_json_str(&sb, id, strlen(id));
+    else
+        sb_puts(&sb, "null");
+    sb_puts(&sb, ",\"code\":");
+    sb_json_str(&sb, code, strlen(code));
+    sb_puts(&sb, ",\"message\":");
+    sb_json_str(&sb, message, strlen(message));
+    sb_puts(&sb, "}");
+    conn_send(s, c, &sb);
+}
+
+/* ---- events -> frames (service thread) ------------------------------------------------------ */
+
+static void conn_remove_req(srv_conn *c, srv_req *r)
+{
+    for (srv_req **pp = &c->reqs; *pp; pp = &(*pp)->next)
+        if (*pp == r) {
+            *pp = r->next;
+            c->n_reqs--;
+            return;
+        }
+}
+
+static void log_request(server *s, const srv_req *r, const ifl_event *ev, double queue_ms,
+                        double ttft_ms, double total_ms, double tps)
+{
+    if (!s->o->log_requests || s->o->quiet)
+        return;
+    fprintf(stderr,
+            "inflight: request %s/%s policy=%s prompt_tokens=%d tokens=%d finish=%s "
+            "queue_ms=%.1f ttft_ms=%.1f total_ms=%.1f tokens_per_s=%.1f%s%s\n",
+            r->conn ? r->conn->session_hex : "closed", r->id, ifl_policy_name(r->policy),
+            ev->prompt_tokens, ev->completion_tokens, ifl_finish_name(ev->finish), queue_ms,
+            ttft_ms, total_ms, tps, ev->message ? " error=" : "", ev->message ? ev->message : "");
+}
+
+static void handle_event(server *s, evq_item *it)
+{
+    const ifl_event *ev = &it->ev;
+    srv_req *r = ev->user;
+    srv_conn *c = r->conn;
+    int pol = (int)r->policy;
+    strbuf sb;
+    sb_init(&sb, LWS_PRE);
+    switch (ev->type) {
+    case IFL_EV_QUEUED:
+        if (!c)
+            break;
+        sb_puts(&sb, "{\"type\":\"queued\",\"id\":");
+        sb_json_str(&sb, r->id, strlen(r->id));
+        sb_printf(&sb, ",\"model\":\"%s\",\"rid\":%llu,\"position\":%d}",
+                  ifl_policy_name(r->policy), (unsigned long long)ev->request_id, ev->position);
+        conn_send(s, c, &sb);
+        break;
+    case IFL_EV_STARTED:
+        metrics_hist_observe(&s->m.queue[pol], ms_between(r->t_arrival, it->stamp) / 1e3);
+        s->m.prompt_tokens[pol] += (uint64_t)r->prompt_tokens;
+        if (!c)
+            break;
+        sb_puts(&sb, "{\"type\":\"started\",\"id\":");
+        sb_json_str(&sb, r->id, strlen(r->id));
+        sb_printf(&sb, ",\"model\":\"%s\",\"rid\":%llu,\"prompt_tokens\":%d,\"seed\":%llu}",
+                  ifl_policy_name(r->policy), (unsigned long long)ev->request_id, r->prompt_tokens,
+                  (unsigned long long)r->seed);
+        conn_send(s, c, &sb);
+        break;
+    case IFL_EV_TOKEN:
+        if (r->n_tokens == 0) {
+            r->t_first = it->stamp;
+            metrics_hist_observe(&s->m.ttft[pol], ms_between(r->t_arrival, it->stamp) / 1e3);
+        } else {
+            metrics_hist_observe(&s->m.itl[pol], ms_between(r->t_last, it->stamp) / 1e3);
+        }
+        r->t_last = it->stamp;
+        r->n_tokens++;
+        s->m.tokens[pol]++;
+        if (!c)
+            break;
+        sb_puts(&sb, "{\"type\":\"token\",\"id\":");
+        sb_json_str(&sb, r->id, strlen(r->id));
+        sb_printf(&sb, ",\"index\":%d,\"token\":%d,\"text\":", ev->index, ev->token);
+        sb_json_str(&sb, ev->text, ev->text_len);
+        sb_puts(&sb, "}");
+        conn_send(s, c, &sb);
+        break;
+    case IFL_EV_DONE: {
+        uint64_t t_end = ev->t_finished ? ev->t_finished : it->stamp;
+        double total_ms = ms_between(r->t_arrival, t_end);
+        double queue_ms = ms_between(r->t_arrival, ev->t_admitted ? ev->t_admitted : t_end);
+        double ttft_ms = ev->t_first_token ? ms_between(r->t_arrival, ev->t_first_token) : 0;
+        double tps = r->n_tokens >= 2 && r->t_last > r->t_first
+                         ? (double)(r->n_tokens - 1) / ((double)(r->t_last - r->t_first) / 1e6)
+                         : 0;
+        s->m.requests[pol][(int)ev->finish < METRICS_N_FINISH ? (int)ev->finish : 0]++;
+        metrics_hist_observe(&s->m.e2e[pol], total_ms / 1e3);
+        log_request(s, r, ev, queue_ms, ttft_ms, total_ms, tps);
+        if (c) {
+            sb_puts(&sb, "{\"type\":\"done\",\"id\":");
+            sb_json_str(&sb, r->id, strlen(r->id));
+            sb_printf(&sb,
+                      ",\"finish_reason\":\"%s\",\"usage\":{\"prompt_tokens\":%d,"
+                      "\"completion_tokens\":%d},\"timing\":{\"queue_ms\":",
+                      ifl_finish_name(ev->finish), ev->prompt_tokens, ev->completion_tokens);
+            sb_json_num(&sb, queue_ms, 3);
+            sb_puts(&sb, ",\"ttft_ms\":");
+            if (ev->t_first_token)
+                sb_json_num(&sb, ttft_ms, 3);
+            else
+                sb_puts(&sb, "null");
+            sb_puts(&sb, ",\"total_ms\":");
+            sb_json_num(&sb, total_ms, 3);
+            sb_puts(&sb, ",\"tokens_per_s\":");
+            sb_json_num(&sb, tps, 2);
+            sb_puts(&sb, "}");
+            if (ev->message) {
+                sb_puts(&sb, ",\"message\":");
+                sb_json_str(&sb, ev->message, strlen(ev->message));
+            }
+            sb_puts(&sb, "}");
+            conn_send(s, c, &sb);
+            conn_remove_req(c, r);
+        }
+        free(r);
+        break;
+    }
+    }
+    sb_free(&sb);
+}
+
+static void handle_step(server *s, const evq_item *it)
+{
+    const ifl_step_record *st = &it->step;
+    int pol = (int)st->policy;
+    s->m.steps[pol]++;
+    metrics_hist_observe(&s->m.batch[pol], st->n_seqs);
+    metrics_hist_observe(&s->m.step_s[pol], st->ms / 1e3);
+    strbuf sb;
+    sb_init(&sb, LWS_PRE);
+    for (srv_conn *c = s->conns; c; c = c->next) {
+        if (!c->subscribed || c->close_now)
+            continue;
+        if (c->out_bytes > (size_t)s->o->max_outbox / 2) {
+            c->steps_dropped++;
+            s->m.step_frames_dropped++;
+            continue;
+        }
+        if (!sb.len) {
+            sb_printf(&sb,
+                      "{\"type\":\"step\",\"model\":\"%s\",\"step\":%llu,\"t_ms\":%.3f,"
+                      "\"ms\":%.3f,\"prefill_tokens\":%d,\"decode_tokens\":%d,\"running\":%d,"
+                      "\"waiting\":%d,\"kv_used\":%d,\"kv_total\":%d,\"seqs\":[",
+                      ifl_policy_name(st->policy), (unsigned long long)st->step,
+                      ms_between(s->t0_us, st->t_start), st->ms, st->prefill_tokens,
+                      st->decode_tokens, st->running, st->waiting, st->kv_used, st->kv_total);
+            for (int32_t i = 0; i < st->n_seqs; i++)
+                sb_printf(&sb, "%s[%llu,%d]", i ? "," : "", (unsigned long long)st->request_ids[i],
+                          st->is_prefill[i] ? 1 : 0);
+            sb_puts(&sb, "],\"dropped\":");
+        }
+        strbuf one;
+        sb_init(&one, LWS_PRE);
+        sb_append(&one, sb_text(&sb), sb.len);
+        sb_printf(&one, "%llu}", (unsigned long long)c->steps_dropped);
+        c->steps_dropped = 0;
+        conn_send(s, c, &one);
+    }
+    sb_free(&sb);
+}
+
+static void drain_events(server *s)
+{
+    pthread_mutex_lock(&s->evq_lock);
+    evq_item *it = s->evq_head;
+    s->evq_head = s->evq_tail = NULL;
+    s->evq_wake_pending = 0;
+    pthread_mutex_unlock(&s->evq_lock);
+    while (it) {
+        evq_item *next = it->next;
+        int embedded = it->embedded;
+        if (it->is_step)
+            handle_step(s, it);
+        else
+            handle_event(s, it); /* may free the srv_req holding an embedded item */
+        if (!embedded)
+            free(it);
+        it = next;
+    }
+}
+
+/* ---- client messages (service thread) ------------------------------------------------------- */
+
+static srv_req *conn_find_req(srv_conn *c, const char *id)
+{
+    for (srv_req *r = c->reqs; r; r = r->next)
+        if (!strcmp(r->id, id))
+            return r;
+    return NULL;
+}
+
+static void handle_generate(server *s, srv_conn *c, proto_msg *m, uint64_t t_arrival)
+{
+    char msg[IFL_ERR_MAX + 64];
+    if (s->stopping) {
+        send_error(s, c, m->id, "shutting_down", "the server is shutting down");
+        return;
+    }
+    if (conn_find_req(c, m->id)) {
+        snprintf(msg, sizeof msg,
+                 "a request with id \"%s\" is already in flight on this "
+                 "connection",
+                 m->id);
+        send_error(s, c, m->id, "duplicate_id", msg);
+        return;
+    }
+    if (c->n_reqs >= s->o->max_inflight) {
+        snprintf(msg, sizeof msg, "this connection already has %d requests in flight (limit %d)",
+                 c->n_reqs, s->o->max_inflight);
+        send_error(s, c, m->id, "too_many_requests", msg);
+        return;
+    }
+    ifl_tokens ids = {0};
+    ifl_err err;
+    if (ifl_tokenizer_encode(s->tok, m->prompt, m->prompt_len, 0, &ids, &err)) {
+        snprintf(msg, sizeof msg, "cannot tokenize the prompt: %s", err.msg);
+        send_error(s, c, m->id, "invalid_request", msg);
+        return;
+    }
+    int32_t n_ctx = s->model.cfg.n_ctx;
+    if ((int64_t)ids.n + m->max_tokens > n_ctx) {
+        snprintf(msg, sizeof msg,
+                 "the prompt is %zu tokens; with max_tokens %d that is %lld, over the model's "
+                 "context of %d",
+                 ids.n, m->max_tokens, (long long)ids.n + m->max_tokens, n_ctx);
+        send_error(s, c, m->id, "prompt_too_long", msg);
+        ifl_tokens_free(&ids);
+        return;
+    }
+    srv_req *r = calloc(1, sizeof *r);
+    if (!r) {
+        send_error(s, c, m->id, "out_of_memory", "no memory for the request");
+        ifl_tokens_free(&ids);
+        return;
+    }
+    memcpy(r->id, m->id, sizeof r->id);
+    r->conn = c;
+    r->policy = m->policy;
+    r->seed = m->has_seed ? m->seed : random_u64(s) & ((1ull << 53) - 1);
+    r->session = c->session;
+    r->prompt_tokens = (int32_t)ids.n;
+    r->max_tokens = m->max_tokens;
+    r->t_arrival = t_arrival;
+    ifl_request_params rp = {.session = c->session,
+                             .prompt = ids.ids,
+                             .n_prompt = (int32_t)ids.n,
+                             .max_tokens = m->max_tokens,
+                             .sampling = {.temperature = (float)m->temperature,
+                                          .top_k = m->top_k,
+                                          .top_p = (float)m->top_p},
+                             .seed = r->seed,
+                             .ignore_eos = m->ignore_eos,
+                             .n_stop = m->n_stop,
+                             .user = r};
+    for (int i = 0; i < m->n_stop; i++)
+        rp.stop[i] = m->stop[i];
+    /* listed before submitting: the queued event is already in the event queue when submit
+     * returns, and a cancel may follow in the same read */
+    r->next = c->reqs;
+    c->reqs = r;
+    c->n_reqs++;
+    uint64_t rid = 0;
+    ifl_submit_status st = ifl_batcher_submit(s->b[m->policy], &rp, &rid, &err);
+    ifl_tokens_free(&ids);
+    if (st != IFL_SUBMIT_OK) {
+        conn_remove_req(c, r);
+        free(r);
+        send_error(s, c, m->id, ifl_submit_code(st), err.msg);
+        return;
+    }
+    r->rid = rid;
+}
+
+static void handle_message(server *s, srv_conn *c, const char *text, size_t len)
+{
+    uint64_t t_arrival = ifl_now_us();
+    proto_msg m;
+    proto_error pe;
+    if (proto_parse(text, len, &s->lim, &m, &pe)) {
+        send_error(s, c, pe.has_id ? pe.id : NULL, pe.code, pe.message);
+        proto_msg_free(&m);
+        return;
+    }
+    strbuf sb;
+    sb_init(&sb, LWS_PRE);
+    switch (m.kind) {
+    case PROTO_GENERATE: handle_generate(s, c, &m, t_arrival); break;
+    case PROTO_CANCEL: {
+        srv_req *r = conn_find_req(c, m.id);
+        if (!r) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "no request with id \"%s\" is in flight on this connection",
+                     m.id);
+            send_error(s, c, m.id, "unknown_id", msg);
+            break;
+        }
+        ifl_batcher_cancel(s->b[r->policy], r->rid);
+        break;
+    }
+    case PROTO_SUBSCRIBE:
+    case PROTO_UNSUBSCRIBE:
+        c->subscribed = m.kind == PROTO_SUBSCRIBE;
+        sb_printf(&sb, "{\"type\":\"%s\",\"topic\":\"steps\"}",
+                  c->subscribed ? "subscribed" : "unsubscribed");
+        conn_send(s, c, &sb);
+        break;
+    case PROTO_PING: {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        sb_puts(&sb, "{\"type\":\"pong\"");
+        if (m.has_id) {
+            sb_puts(&sb, ",\"id\":");
+            sb_json_str(&sb, m.id, strlen(m.id));
+        }
+        sb_printf(&sb, ",\"time_ms\":%lld}",
+                  (long long)ts.tv_sec * 1000 + (long long)(ts.tv_nsec / 1000000));
+        conn_send(s, c, &sb);
+        break;
+    }
+    }
+    sb_free(&sb);
+    proto_msg_free(&m);
+}
+
+static void send_hello(server *s, srv_conn *c)
+{
+    const ifl_config *cfg = &s->model.cfg;
+    strbuf sb;
+    sb_init(&sb, LWS_PRE);
+    sb_puts(&sb, "{\"type\":\"hello\",\"session\":");
+    sb_json_str(&sb, c->session_hex, strlen(c->session_hex));
+    sb_puts(&sb, ",\"server\":\"inflight " INFLIGHT_VERSION "\",\"model\":{\"path\":");
+    sb_json_str(&sb, s->o->model_dir, strlen(s->o->model_dir));
+    sb_printf(&sb,
+              ",\"n_layer\":%d,\"n_head\":%d,\"n_embd\":%d,\"n_ctx\":%d,\"vocab_size\":%d,"
+              "\"weights\":\"%s\",\"device\":",
+              cfg->n_layer, cfg->n_head, cfg->n_embd, cfg->n_ctx, cfg->n_vocab,
+              ifl_model_dtype_name(&s->model));
+    sb_json_str(&sb, s->device_desc, strlen(s->device_desc));
+    sb_printf(&sb,
+              "},\"policies\":[\"iterative\",\"static\"],\"limits\":{\"max_context\":%d,"
+              "\"max_tokens\":%d,\"max_message_bytes\":%d,\"max_requests_in_flight\":%d,"
+              "\"max_stop\":%d,\"max_stop_bytes\":%d,\"max_batch\":%d,\"max_queue\":%d,"
+              "\"max_outbox_bytes\":%d},",
+              cfg->n_ctx, s->lim.max_tokens, s->o->max_message, s->o->max_inflight, IFL_MAX_STOPS,
+              IFL_MAX_STOP_BYTES, s->o->max_batch, s->o->max_queue, s->o->max_outbox);
+    sb_printf(&sb,
+              "\"defaults\":{\"model\":\"iterative\",\"max_tokens\":%d,\"temperature\":%g,"
+              "\"top_k\":%d,\"top_p\":%g}}",
+              s->lim.def_max_tokens, s->lim.def_temperature, s->lim.def_top_k, s->lim.def_top_p);
+    conn_send(s, c, &sb);
+}
+
+/* ---- HTTP (service thread) ------------------------------------------------------------------ */
+
+static const char *mime_type(const char *path)
+{
+    static const struct {
+        const char *ext, *type;
+    } types[] = {
+        {".html", "text/html; charset=utf-8"},
+        {".js", "text/javascript; charset=utf-8"},
+        {".mjs", "text/javascript; charset=utf-8"},
+        {".css", "text/css; charset=utf-8"},
+        {".json", "application/json"},
+        {".svg", "image/svg+xml"},
+        {".png", "image/png"},
+        {".ico", "image/x-icon"},
+        {".txt", "text/plain; charset=utf-8"},
+        {".webmanifest", "application/manifest+json"},
+        {".woff2", "font/woff2"},
+    };
+    const char *dot = strrchr(path, '.');
+    if (dot)
+        for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+            if (!strcasecmp(dot, types[i].ext))
+                return types[i].type;
+    return "application/octet-stream";
+}
+
+/* A request path maps to a file under web/ only if it is made of plain segments: letters,
+ * digits, '-', '_', '.', none starting with '.', no empty segment. Then realpath must stay
+ * inside the web directory (no symlink escape). */
+static int web_path_ok(const char *p)
+{
+    if (p[0] != '/')
+        return 0;
+    const char *seg = p + 1;
+    for (const char *q = p + 1;; q++) {
+        if (*q == '/' || *q == 0) {
+            if (q == seg || seg[0] == '.')
+                return 0;
+            if (!*q)
+                return 1;
+            seg = q + 1;
+            continue;
+        }
+        unsigned char ch = (unsigned char)*q;
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '-' || ch == '_' || ch == '.'))
+            return 0;
+    }
+}
+
+static int http_respond(srv_conn *c, struct lws *wsi, int status, const char *ctype, char *body,
+                        size_t len, int head_only, const char *extra_name, const char *extra_value)
+{
+    uint8_t hbuf[LWS_PRE + 2048], *start = hbuf + LWS_PRE, *p = start, *end = hbuf + sizeof hbuf;
+    if (lws_add_http_common_headers(wsi, (unsigned)status, ctype, len, &p, end))
+        goto fail;
+    static const char *const hdrs[][2] = {
+        {"x-content-type-options:", "nosniff"},
+        {"referrer-policy:", "no-referrer"},
+        {"cache-control:", "no-cache"},
+        {"content-security-policy:",
+         "default-src 'self'; connect-src 'self'; img-src 'self' data:; style-src 'self'; "
+         "script-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"},
+    };
+    for (size_t i = 0; i < sizeof hdrs / sizeof hdrs[0]; i++)
+        if (lws_add_http_header_by_name(wsi, (const unsigned char *)hdrs[i][0],
+                                        (const unsigned char *)hdrs[i][1], (int)strlen(hdrs[i][1]),
+                                        &p, end))
+            goto fail;
+    if (extra_name && lws_add_http_header_by_name(wsi, (const unsigned char *)extra_name,
+                                                  (const unsigned char *)extra_value,
+                                                  (int)strlen(extra_value), &p, end))
+        goto fail;
+    if (lws_finalize_write_http_header(wsi, start, &p, end))
+        goto fail;
+    if (head_only || !len) {
+        free(body);
+        return lws_http_transaction_completed(wsi) ? -1 : 0;
+    }
+    free(c->http_body);
+    c->http_body = body;
+    c->http_len = len;
+    c->http_sent = 0;
+    lws_callback_on_writable(wsi);
+    return 0;
+fail:
+    free(body);
+    return -1;
+}
+
+static int http_text(srv_conn *c, struct lws *wsi, int status, const char *text, int head_only)
+{
+    size_t n = strlen(text);
+    char *b = malloc(n + 1);
+    if (!b)
+        return -1;
+    memcpy(b, text, n + 1);
+    return http_respond(c, wsi, status, "text/plain; charset=utf-8", b, n, head_only, NULL, NULL);
+}
+
+static void live_stats(server *s, metrics_live *live)
+{
+    memset(live, 0, sizeof *live);
+    live->ready = atomic_load(&s->ready) && !s->stopping;
+    if (atomic_load(&s->ready)) {
+        live->have_stats = 1;
+        for (int p = 0; p < 2; p++)
+            if (s->b[p])
+                ifl_batcher_get_stats(s->b[p], &live->stats[p]);
+    }
+}
+
+static int http_serve_file(server *s, srv_conn *c, struct lws *wsi, const char *path, int head_only)
+{
+    if (!strcmp(path, "/"))
+        path = "/index.html";
+    if (!s->o->web_dir || !web_path_ok(path) || strlen(path) > 512)
+        return http_text(c, wsi, HTTP_STATUS_NOT_FOUND, "not found\n", head_only);
+    char full[PATH_MAX], real[PATH_MAX], root[PATH_MAX];
+    if ((size_t)snprintf(full, sizeof full, "%s%s", s->o->web_dir, path) >= sizeof full ||
+        !realpath(s->o->web_dir, root) || !realpath(full, real))
+        return http_text(c, wsi, HTTP_STATUS_NOT_FOUND, "not found\n", head_only);
+    size_t rl = strlen(root);
+    struct stat st;
+    if (strncmp(real, root, rl) || real[rl] != '/' || stat(real, &st) || !S_ISREG(st.st_mode))
+        return http_text(c, wsi, HTTP_STATUS_NOT_FOUND, "not found\n", head_only);
+    char *data = NULL;
+    size_t len = 0;
+    ifl_err err;
+    if (ifl_read_file(real, &data, &len, HTTP_MAX_FILE, &err)) {
+        fprintf(stderr, "inflight: %s\n", err.msg);
+        return http_text(c, wsi, HTTP_STATUS_INTERNAL_SERVER_ERROR, "cannot read the file\n",
+                         head_only);
+    }
+    return http_respond(c, wsi, HTTP_STATUS_OK, mime_type(real), data, len, head_only, NULL, NULL);
+}
+
+static int http_request(server *s, srv_conn *c, struct lws *wsi, const char *path)
+{
+    s->m.http_requests++;
+    int is_get = lws_hdr_total_length(wsi, WSI_TOKEN_GET_URI) > 0;
+    int is_head = lws_hdr_total_length(wsi, WSI_TOKEN_HEAD_URI) > 0;
+    if (!is_get && !is_head) {
+        char *b = strdup("method not allowed: only GET and HEAD\n");
+        if (!b)
+            return -1;
+        return http_respond(c, wsi, HTTP_STATUS_METHOD_NOT_ALLOWED, "text/plain; charset=utf-8", b,
+                            strlen(b), 0, "allow:", "GET, HEAD");
+    }
+    if (!strcmp(path, "/healthz"))
+        return http_text(c, wsi, HTTP_STATUS_OK, "ok\n", is_head);
+    if (!strcmp(path, "/readyz")) {
+        if (s->stopping)
+            return http_text(c, wsi, HTTP_STATUS_SERVICE_UNAVAILABLE, "shutting down\n", is_head);
+        if (atomic_load(&s->load_failed))
+            return http_text(c, wsi, HTTP_STATUS_SERVICE_UNAVAILABLE, "the model failed to load\n",
+                             is_head);
+        if (!atomic_load(&s->ready))
+            return http_text(c, wsi, HTTP_STATUS_SERVICE_UNAVAILABLE,
+                             "not ready: loading the model\n", is_head);
+        return http_text(c, wsi, HTTP_STATUS_OK, "ready\n", is_head);
+    }
+    if (!strcmp(path, "/metrics")) {
+        metrics_live live;
+        live_stats(s, &live);
+        strbuf sb;
+        sb_init(&sb, 0);
+        metrics_render(&s->m, &live, &sb);
+        if (!sb_ok(&sb)) {
+            sb_free(&sb);
+            return -1;
+        }
+        size_t n = sb.len;
+        return http_respond(c, wsi, HTTP_STATUS_OK, "text/plain; version=0.0.4; charset=utf-8",
+                            sb_steal(&sb), n, is_head, NULL, NULL);
+    }
+    if (!strcmp(path, "/ws"))
+        return http_text(c, wsi, 426, "this is the WebSocket endpoint: connect with a WebSocket\n",
+                         is_head);
+    return http_serve_file(s, c, wsi, path, is_head);
+}
+
+static int http_writeable(srv_conn *c, struct lws *wsi)
+{
+    if (!c->http_body)
+        return 0;
+    uint8_t buf[LWS_PRE + HTTP_CHUNK];
+    size_t n = c->http_len - c->http_sent;
+    if (n > HTTP_CHUNK)
+        n = HTTP_CHUNK;
+    memcpy(buf + LWS_PRE, c->http_body + c->http_sent, n);
+    int final = c->http_sent + n == c->http_len;
+    if (lws_write(wsi, buf + LWS_PRE, n, final ? LWS_WRITE_HTTP_FINAL : LWS_WRITE_HTTP) < (int)n)
+        return -1;
+    c->http_sent += n;
+    if (final) {
+        free(c->http_body);
+        c->http_body = NULL;
+        return lws_http_transaction_completed(wsi) ? -1 : 0;
+    }
+    lws_callback_on_writable(wsi);
+    return 0;
+}
+
+/* ---- the lws callback (service thread) ------------------------------------------------------ */
+
+static void conn_closed(server *s, srv_conn *c)
+{
+    free(c->http_body);
+    c->http_body = NULL;
+    if (!c->is_ws)
+        return;
+    cancel_conn_requests(s, c);
+    for (srv_req *r = c->reqs; r; r = r->next)
+        r->conn = NULL; /* freed when their done events arrive */
+    c->reqs = NULL;
+    c->n_reqs = 0;
+    conn_free_outbox(c);
+    free(c->rx);
+    c->rx = NULL;
+    for (srv_conn **pp = &s->conns; *pp; pp = &(*pp)->next)
+        if (*pp == c) {
+            *pp = c->next;
+            s->n_conns--;
+            break;
+        }
+    s->m.connections_open = (uint64_t)s->n_conns;
+    c->is_ws = 0;
+    c->wsi = NULL;
+}
+
+static int on_receive(server *s, srv_conn *c, struct lws *wsi, const char *in, size_t len)
+{
+    if (c->close_now)
+        return 0; /* closing: ignore what is still arriving */
+    if (lws_is_first_fragment(wsi)) {
+        c->rx_len = 0;
+        c->rx_binary = lws_frame_is_binary(wsi);
+    }
+    if (c->rx_len + len > (size_t)s->o->max_message) {
+        char why[120];
+        snprintf(why, sizeof why, "message too big: over %d bytes", s->o->max_message);
+        s->m.closed_too_big++;
+        cancel_conn_requests(s, c);
+        lws_close_reason(wsi, LWS_CLOSE_STATUS_MESSAGE_TOO_LARGE, (unsigned char *)why,
+                         strlen(why));
+        return -1;
+    }
+    if (c->rx_len + len + 1 > c->rx_cap) {
+        size_t cap = c->rx_cap ? c->rx_cap : 4096;
+        while (cap < c->rx_len + len + 1)
+            cap *= 2;
+        char *p = realloc(c->rx, cap);
+        if (!p)
+            return -1;
+        c->rx = p;
+        c->rx_cap = cap;
+    }
+    memcpy(c->rx + c->rx_len, in, len);
+    c->rx_len += len;
+    c->rx[c->rx_len] = 0;
+    if (!lws_is_final_fragment(wsi) || lws_remaining_packet_payload(wsi))
+        return 0;
+    size_t n = c->rx_len;
+    c->rx_len = 0;
+    if (c->rx_binary) {
+        char msg[120];
+        snprintf(msg, sizeof msg,
+                 "binary frames are not understood (got %zu bytes): send JSON "
+                 "text frames",
+                 n);
+        send_error(s, c, NULL, "binary_frame", msg);
+        return 0;
+    }
+    if (!ifl_utf8_valid(c->rx, n)) {
+        static const char why[] = "text frame is not valid UTF-8";
+        s->m.closed_bad_utf8++;
+        cancel_conn_requests(s, c);
+        lws_close_reason(wsi, LWS_CLOSE_STATUS_INVALID_PAYLOAD, (unsigned char *)why,
+                         sizeof why - 1);
+        return -1;
+    }
+    handle_message(s, c, c->rx, n);
+    return 0;
+}
+
+static int srv_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
+                        size_t len)
+{
+    server *s = lws_context_user(lws_get_context(wsi));
+    srv_conn *c = user;
+    switch (reason) {
+    case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
+        if (s)
+            drain_events(s);
+        return 0;
+    case LWS_CALLBACK_HTTP: return http_request(s, c, wsi, (const char *)in);
+    case LWS_CALLBACK_HTTP_WRITEABLE: return http_writeable(c, wsi);
+    case LWS_CALLBACK_CLOSED_HTTP:
+        if (c) {
+            free(c->http_body);
+            c->http_body = NULL;
+        }
+        return 0;
+    case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION: {
+        char uri[64];
+        if (lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI) < 0 || strcmp(uri, "/ws"))
+            return 1; /* upgrades only at /ws */
+        return 0;
+    }
+    case LWS_CALLBACK_ESTABLISHED: {
+        free(c->http_body);
+        memset(c, 0, sizeof *c);
+        c->wsi = wsi;
+        c->is_ws = 1;
+        c->session = random_u64(s);
+        snprintf(c->session_hex, sizeof c->session_hex, "%016llx", (unsigned long long)c->session);
+        lws_get_peer_simple(wsi, c->peer, sizeof c->peer);
+        c->next = s->conns;
+        s->conns = c;
+        s->n_conns++;
+        s->m.connections_total++;
+        s->m.connections_open = (uint64_t)s->n_conns;
+        if (s->stopping) {
+            conn_close_now(s, c, LWS_CLOSE_STATUS_GOINGAWAY, "server shutting down");
+        } else if (!atomic_load(&s->ready)) {
+            conn_close_now(s, c, CLOSE_TRY_AGAIN_LATER, "not ready: the model is loading");
+        } else if (s->n_conns > s->o->max_connections) {
+            char why[120];
+            snprintf(why, sizeof why, "too many connections (limit %d): try again later",
+                     s->o->max_connections);
+            s->m.closed_limit++;
+            conn_close_now(s, c, CLOSE_TRY_AGAIN_LATER, why);
+        } else {
+            send_hello(s, c);
+        }
+        return 0;
+    }
+    case LWS_CALLBACK_RECEIVE: return on_receive(s, c, wsi, in, len);
+    case LWS_CALLBACK_SERVER_WRITEABLE: {
+        if (c->close_now) {
+            lws_close_reason(wsi, (enum lws_close_status)c->close_code,
+                             (unsigned char *)c->close_reason, strlen(c->close_reason));
+            return -1;
+        }
+        srv_frame *f = c->out_head;
+        if (!f) {
+            if (c->closing) {
+                lws_close_reason(wsi, (enum lws_close_status)c->close_code,
+                                 (unsigned char *)c->close_reason, strlen(c->close_reason));
+                return -1;
+            }
+            return 0;
+        }
+        c->out_head = f->next;
+        if (!c->out_head)
+            c->out_tail = NULL;
+        c->out_bytes -= f->len;
+        int n = lws_write(wsi, (unsigned char *)f->buf + LWS_PRE, f->len, LWS_WRITE_TEXT);
+        int ok = n >= (int)f->len;
+        s->m.frames_sent++;
+        s->m.bytes_sent += f->len;
+        free(f->buf);
+        free(f);
+        if (!ok)
+            return -1;
+        if (c->out_head || c->closing)
+            lws_callback_on_writable(wsi);
+        return 0;
+    }
+    case LWS_CALLBACK_CLOSED: conn_closed(s, c); return 0;
+    default: break;
+    }
+    return lws_callback_http_dummy(wsi, reason, user, in, len);
+}
+
+static const struct lws_protocols protocols[] = {
+    {"inflight", srv_callback, sizeof(srv_conn), 0, 0, NULL, 0},
+    {NULL, NULL, 0, 0, 0, NULL, 0},
+};
+
+/* ---- loading (loader thread) ---------------------------------------------------------------- */
+
+static void *loader_main(void *arg)
+{
+    server *s = arg;
+    const ifl_server_opts *o = s->o;
+    ifl_err err;
+    double t0 = ifl_now_s();
+    if (ifl_model_load(&s->model, o->model_dir, &o->model_opts, &err))
+        goto fail;
+    if (ifl_tokenizer_load(&s->tok, o->vocab_dir ? o->vocab_dir : o->model_dir, &err)) {
+        if (o->vocab_dir)
+            goto fail;
+        ifl_err err2;
+        if (ifl_tokenizer_load(&s->tok, INFLIGHT_DEFAULT_VOCAB_DIR, &err2))
+            goto fail;
+    }
+    s->pool = ifl_threadpool_new(o->threads > 0 ? o->threads : ifl_n_cores());
+    if (!s->pool) {
+        ifl_err_set(&err, "cannot start the CPU threads");
+        goto fail;
+    }
+    int32_t step_tokens = o->step_tokens < o->max_batch ? o->max_batch : o->step_tokens;
+    for (int p = 0; p < 2; p++) {
+        ifl_backend_params bp = {.max_seqs = o->max_batch,
+                                 .max_tokens = step_tokens,
+                                 .n_threads = o->threads,
+                                 .pool = s->pool};
+        if (o->kv_mem_mb > 0)
+            ifl_backend_params_fill(&bp, &s->model, o->kv_mem_mb);
+        s->be[p] = ifl_cpu_backend_new(&s->model, &bp, &err);
+        if (!s->be[p])
+            goto fail;
+        ifl_batcher_params bpp = {.policy = (ifl_policy)p,
+                                  .max_batch = o->max_batch,
+                                  .max_queue = o->max_queue,
+                                  .step_tokens = step_tokens,
+                                  .eos_token = s->model.cfg.eos_token_id,
+                                  .tok = s->tok,
+                                  .on_event = on_batcher_event,
+                                  .on_step = on_batcher_step,
+                                  .ud = s};
+        s->b[p] = ifl_batcher_start(s->be[p], &bpp, &err);
+        if (!s->b[p])
+            goto fail;
+    }
+    char desc[200] = "";
+    if (s->be[0]->ops->describe)
+        s->be[0]->ops->describe(s->be[0], desc, sizeof desc);
+    snprintf(s->device_desc, sizeof s->device_desc, "%s", desc[0] ? desc : s->be[0]->ops->name);
+    s->lim.max_tokens = s->model.cfg.n_ctx - 1;
+    s->lim.n_vocab = s->model.cfg.n_vocab;
+    if (s->lim.def_max_tokens > s->lim.max_tokens)
+        s->lim.def_max_tokens = s->lim.max_tokens;
+    const ifl_backend_params *gp = &s->be[0]->params;
+    if (!o->quiet) {
+        printf("inflight serve: model %s: %d layers, %d heads, %d wide, context %d, weights %s\n",
+               o->model_dir, s->model.cfg.n_layer, s->model.cfg.n_head, s->model.cfg.n_embd,
+               s->model.cfg.n_ctx, ifl_model_dtype_name(&s->model));
+        printf("inflight serve: device %s (%s)\n", s->device_desc,
+               !strcmp(o->device, "auto") ? "auto: this build has no CUDA backend, using the CPU"
+                                          : "as asked");
+        printf("inflight serve: batchers iterative + static: max_batch %d, max_queue %d, step "
+               "budget %d tokens, KV %d blocks x %d tokens each\n",
+               o->max_batch, o->max_queue, step_tokens, gp->kv_blocks, gp->kv_block_size);
+        printf("inflight serve: ready in %.2f s\n", ifl_now_s() - t0);
+        fflush(stdout);
+    }
+    atomic_store(&s->ready, 1);
+    atomic_store(&s->load_done, 1);
+    if (s->ctx)
+        lws_cancel_service(s->ctx);
+    return NULL;
+fail:
+    snprintf(s->load_error, sizeof s->load_error, "%s", err.msg);
+    atomic_store(&s->load_failed, 1);
+    atomic_store(&s->load_done, 1);
+    if (s->ctx)
+        lws_cancel_service(s->ctx);
+    return NULL;
+}
+
+/* ---- run ------------------------------------------------------------------------------------ */
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    g_signals++;
+    if (g_signals >= 2) {
+        static const char msg[] = "inflight: second signal: exiting now\n";
+        ssize_t w = write(2, msg, sizeof msg - 1);
+        (void)w;
+        _exit(130);
+    }
+    if (g_srv && g_srv->ctx)
+        lws_cancel_service(g_srv->ctx);
+}
+
+static void lws_log_emit(int level, const char *line)
+{
+    (void)level;
+    fprintf(stderr, "inflight: lws: %s", line);
+}
+
+/* Stops the batchers (their requests end with done(cancelled)), sends what is queued and closes
+ * every socket with 1001. */
+static void begin_stop(server *s)
+{
+    s->stopping = 1;
+    if (!s->o->quiet) {
+        printf("inflight serve: stopping: cancelling requests, closing connections\n");
+        fflush(stdout);
+    }
+    if (s->loader_started) {
+        pthread_join(s->loader, NULL);
+        s->loader_started = 0;
+    }
+    for (int p = 0; p < 2; p++) {
+        ifl_batcher_stop(s->b[p]);
+        s->b[p] = NULL;
+    }
+    drain_events(s);
+    for (srv_conn *c = s->conns; c; c = c->next) {
+        c->closing = 1;
+        c->close_code = LWS_CLOSE_STATUS_GOINGAWAY;
+        snprintf(c->close_reason, sizeof c->close_reason, "server shutting down");
+        lws_callback_on_writable(c->wsi);
+        lws_set_timeout(c->wsi, PENDING_TIMEOUT_USER_OK, 3);
+    }
+}
+
+int ifl_server_run(const ifl_server_opts *o)
+{
+    int rc = 1;
+    server *s = calloc(1, sizeof *s);
+    if (!s) {
+        fprintf(stderr, "inflight serve: out of memory\n");
+        return 1;
+    }
+    s->o = o;
+    s->t0_us = ifl_now_us();
+    s->rng_state = s->t0_us;
+    pthread_mutex_init(&s->evq_lock, NULL);
+    metrics_init(&s->m);
+    s->lim = (proto_limits){.max_tokens = 1,
+                            .n_vocab = 1,
+                            .def_max_tokens = o->default_max_tokens,
+                            .def_temperature = o->default_temperature,
+                            .def_top_p = o->default_top_p,
+                            .def_top_k = o->default_top_k};
+    if (strcmp(o->device, "auto") && strcmp(o->device, "cpu")) {
+        fprintf(stderr,
+                "inflight serve: --device %s: this build has no CUDA backend (built "
+                "without nvcc, or before cuda/ existed); use --device cpu or auto\n",
+                o->device);
+        goto out;
+    }
+
+    lws_set_log_level(LLL_ERR | LLL_WARN, lws_log_emit);
+    struct lws_context_creation_info info;
+    memset(&info, 0, sizeof info);
+    info.port = o->port;
+    info.iface = o->host;
+    info.protocols = protocols;
+    info.user = s;
+    info.options = LWS_SERVER_OPTION_DISABLE_IPV6;
+    if (strchr(o->host, ':'))
+        info.options = 0;
+    info.timeout_secs = 30;
+    s->ctx = lws_create_context(&info);
+    if (!s->ctx) {
+        fprintf(stderr,
+                "inflight serve: cannot listen on %s:%d (is the port in use, or the "
+                "address not local?)\n",
+                o->host, o->port);
+        goto out;
+    }
+    struct lws_vhost *vh = lws_get_vhost_by_name(s->ctx, "default");
+    s->port = vh ? lws_get_vhost_listen_port(vh) : o->port;
+    g_srv = s;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    if (!o->quiet) {
+        printf("inflight serve: listening on http://%s:%d (page /, WebSocket /ws, /healthz, "
+               "/readyz, /metrics)\n",
+               o->host, s->port);
+        fflush(stdout);
+    }
+    if (pthread_create(&s->loader, NULL, loader_main, s)) {
+        fprintf(stderr, "inflight serve: cannot start the loader thread\n");
+        goto out;
+    }
+    s->loader_started = 1;
+
+    uint64_t stop_deadline = 0;
+    for (;;) {
+        if (lws_service(s->ctx, 0) < 0)
+            break;
+        if (atomic_load(&s->load_failed) && !s->stopping) {
+            fprintf(stderr, "inflight serve: %s\n", s->load_error);
+            begin_stop(s);
+            rc = 1;
+            break;
+        }
+        if (g_signals && !s->stopping) {
+            begin_stop(s);
+            stop_deadline = ifl_now_us() + 3000000;
+            rc = 0;
+        }
+        if (s->stopping && (!s->conns || ifl_now_us() > stop_deadline))
+            break;
+    }
+out:
+    if (s->loader_started)
+        pthread_join(s->loader, NULL);
+    for (int p = 0; p < 2; p++)
+        ifl_batcher_stop(s->b[p]);
+    s->b[0] = s->b[1] = NULL;
+    drain_events(s); /* frees the srv_reqs of the last done events */
+    if (s->ctx)
+        lws_context_destroy(s->ctx); /* closes the sockets still open (CLOSED callbacks) */
+    g_srv = NULL;
+    drain_events(s);
+    for (int p = 0; p < 2; p++)
+        ifl_backend_free(s->be[p]);
+    ifl_threadpool_free(s->pool);
+    ifl_tokenizer_free(s->tok);
+    ifl_model_free(&s->model);
+    pthread_mutex_destroy(&s->evq_lock);
+    if (rc == 0 && !o->quiet)
+        printf("inflight serve: stopped\n");
+    free(s);
+    return rc;
+}

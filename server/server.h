@@ -1,0 +1,48 @@
+/* server.h: `inflight serve`: one libwebsockets service thread serving the page (web/), /healthz,
+ * /readyz, /metrics and the WebSocket API at /ws (docs/protocol.md) on one port, in front of two
+ * batchers (iterative and static) that share one backend thread pool.
+ *
+ * Threads:
+ *   service   (the caller of ifl_server_run) every socket, all JSON, the metrics, the request and
+ *             connection tables. Nothing else touches them.
+ *   loader    loads the model and starts the batchers, then exits; /readyz says 503 until then.
+ *   batchers  (two) run steps; their events go into one event queue (mutex) and wake the service
+ *             thread with lws_cancel_service(), the only lws call that is safe from another thread.
+ * What it is not: the engine (engine/) or the scheduler (engine/batcher.c). */
+#ifndef IFL_SERVER_H
+#define IFL_SERVER_H
+
+#include <stdint.h>
+
+#include "model.h"
+
+typedef struct {
+    const char *model_dir;
+    const char *vocab_dir; /* NULL: the model directory, then the npm package */
+    const char *host;      /* default "127.0.0.1" */
+    int port;              /* 0: a free port, printed */
+    const char *web_dir;   /* the page's files */
+    const char *device;    /* "auto", "cpu", "cuda" */
+    ifl_model_opts model_opts;
+    int32_t threads;     /* CPU threads (0: one per core) */
+    int32_t max_batch;   /* per batcher */
+    int32_t max_queue;   /* per batcher */
+    int32_t step_tokens; /* token budget per step */
+    int32_t kv_mem_mb;   /* KV pool memory per batcher (0: default) */
+    int32_t max_connections;
+    int32_t max_inflight; /* requests in flight per connection */
+    int32_t max_message;  /* bytes of one client message */
+    int32_t max_outbox;   /* bytes queued for one connection before it is closed */
+    int32_t default_max_tokens;
+    double default_temperature, default_top_p;
+    int32_t default_top_k;
+    int log_requests; /* one line per request on stderr */
+    int quiet;        /* only errors */
+} ifl_server_opts;
+
+void ifl_server_opts_default(ifl_server_opts *o);
+
+/* Runs until SIGINT or SIGTERM. Returns the process exit status (0 after a clean stop). */
+int ifl_server_run(const ifl_server_opts *o);
+
+#endif
