@@ -1,0 +1,165 @@
+/* test_protocol.c: the client-message parser of the WebSocket protocol (server/protocol.c): every
+ * documented error code from the message that causes it, the id carried into errors, defaults and
+ * ranges, and that well-formed messages parse to the right values. */
+#include <stdio.h>
+#include <string.h>
+
+#include "protocol.h"
+#include "testutil.h"
+
+static const proto_limits LIM = {.max_tokens = 255,
+                                 .n_vocab = 50257,
+                                 .def_max_tokens = 64,
+                                 .def_temperature = 0.8,
+                                 .def_top_p = 0.95,
+                                 .def_top_k = 40};
+
+static int failures;
+
+/* Expects `json` to be refused with `code`; `want_id` (or NULL) is the id the error must carry. */
+static void expect_error(const char *json, const char *code, const char *want_id)
+{
+    proto_msg m;
+    proto_error e;
+    int rc = proto_parse(json, strlen(json), &LIM, &m, &e);
+    int ok = rc == -1 && e.code && !strcmp(e.code, code) && e.message[0] &&
+             (want_id ? e.has_id && !strcmp(e.id, want_id) : !e.has_id);
+    if (!ok) {
+        fprintf(stderr, "FAIL %s: want %s (id %s), got rc %d code %s id %s: %s\n", json, code,
+                want_id ? want_id : "none", rc, e.code ? e.code : "-", e.has_id ? e.id : "none",
+                e.message);
+        failures++;
+    } else {
+        printf("  %-16s <- %.60s : %s\n", code, json, e.message);
+    }
+    proto_msg_free(&m);
+}
+
+int main(void)
+{
+    char big_id[80], long_stop[200], long_prompt[600];
+    memset(big_id, 'x', 65);
+    big_id[65] = 0;
+    char json[1024];
+
+    expect_error("{bad", "invalid_json", NULL);
+    expect_error("", "invalid_json", NULL);
+    expect_error("{\"type\":\"ping\"} x", "invalid_json", NULL);
+    expect_error("[1,2]", "invalid_message", NULL);
+    expect_error("42", "invalid_message", NULL);
+    expect_error("\"generate\"", "invalid_message", NULL);
+    expect_error("{\"id\":\"a\",\"prompt\":\"x\"}", "missing_field", "a");
+    expect_error("{\"type\":7,\"id\":\"a\"}", "wrong_type", "a");
+    expect_error("{\"type\":\"launch\",\"id\":\"a\"}", "unknown_type", "a");
+    expect_error("{\"type\":\"generate\",\"id\":\"a\",\"prompt\":\"x\",\"max_token\":3}",
+                 "unknown_field", "a");
+    expect_error("{\"type\":\"generate\",\"id\":\"a\",\"prompt\":\"x\",\"prompt\":\"y\"}",
+                 "invalid_message", "a");
+    expect_error("{\"type\":\"generate\",\"prompt\":\"x\"}", "missing_field", NULL);
+    expect_error("{\"type\":\"generate\",\"id\":5,\"prompt\":\"x\"}", "wrong_type", NULL);
+    snprintf(json, sizeof json, "{\"type\":\"generate\",\"id\":\"%s\",\"prompt\":\"x\"}", big_id);
+    expect_error(json, "out_of_range", NULL);
+    expect_error("{\"type\":\"generate\",\"id\":\"\",\"prompt\":\"x\"}", "out_of_range", NULL);
+    expect_error("{\"type\":\"generate\",\"id\":\"a\"}", "missing_field", "a");
+    expect_error("{\"type\":\"generate\",\"id\":\"a\",\"prompt\":[\"x\"]}", "wrong_type", "a");
+    expect_error("{\"type\":\"generate\",\"id\":\"a\",\"prompt\":\"\"}", "empty_prompt", "a");
+    expect_error("{\"type\":\"generate\",\"id\":\"a\",\"prompt\":\"x\",\"model\":\"fast\"}",
+                 "unknown_model", "a");
+    expect_error("{\"type\":\"generate\",\"id\":\"a\",\"prompt\":\"x\",\"model\":1}", "wrong_type",
+                 "a");
+    expect_error("{\"type\":\"generate\",\"id\":\"a\",\"prompt\":\"x\",\"max_tokens\":0}",
+                 "out_of_range", "a");
+    expect_error("{\"type\":\"generate\",\"id\":\"a\",\"prompt\":\"x\",\"max_tokens\":-3}",
+                 "out_of_range", "a");
+    expect_error("{\"type\":\"generate\",\"id\":\"a\",\"prompt\":\"x\",\"max_tokens\":256}",
+                 "out_of_range", "a");
+    expect_error("{\"type\":\"generate\",\"id\":\"a\",\"prompt\":\"x\",\"max_tokens\":1.5}",
+                 "wrong_type", "a");
+    expect_error("{\"type\":\"generate\",\"id\":\"a\",\"prompt\":\"x\",\"max_tokens\":\"32\"}",
+                 "wrong_type", "a");
+    expect_error("{\"type\":\"generate\",\"id\":\"a\",\"prompt\":\"x\",\"temperature\":-1}",
+                 "out_of_range", "a");
+    expect_error("{\"type\":\"generate\",\"id\":\"a\",\"prompt\":\"x\",\"temperature\":2.5}",
+                 "out_of_range", "a");
+    expect_error("{\"type\":\"generate\",\"id\":\"a\",\"prompt\":\"x\",\"temperature\":null}",
+                 "wrong_type", "a");
+    expect_error("{\"type\":\"generate\",\"id\":\"a\",\"prompt\":\"x\",\"top_k\":-1}",
+                 "out_of_range", "a");
+    expect_error("{\"type\":\"generate\",\"id\":\"a\",\"prompt\":\"x\",\"top_k\":50258}",
+                 "out_of_range", "a");
+    expect_error("{\"type\":\"generate\",\"id\":\"a\",\"prompt\":\"x\",\"top_p\":0}",
+                 "out_of_range", "a");
+    expect_error("{\"type\":\"generate\",\"id\":\"a\",\"prompt\":\"x\",\"top_p\":1.5}",
+                 "out_of_range", "a");
+    expect_error("{\"type\":\"generate\",\"id\":\"a\",\"prompt\":\"x\",\"seed\":-1}",
+                 "out_of_range", "a");
+    expect_error("{\"type\":\"generate\",\"id\":\"a\",\"prompt\":\"x\",\"seed\":1e300}",
+                 "out_of_range", "a");
+    expect_error("{\"type\":\"generate\",\"id\":\"a\",\"prompt\":\"x\",\"ignore_eos\":1}",
+                 "wrong_type", "a");
+    expect_error("{\"type\":\"generate\",\"id\":\"a\",\"prompt\":\"x\",\"stop\":\"\\n\"}",
+                 "wrong_type", "a");
+    expect_error("{\"type\":\"generate\",\"id\":\"a\",\"prompt\":\"x\",\"stop\":[1]}", "wrong_type",
+                 "a");
+    expect_error("{\"type\":\"generate\",\"id\":\"a\",\"prompt\":\"x\",\"stop\":[\"\"]}",
+                 "out_of_range", "a");
+    expect_error(
+        "{\"type\":\"generate\",\"id\":\"a\",\"prompt\":\"x\",\"stop\":[\"a\",\"b\",\"c\",\"d\","
+        "\"e\"]}",
+        "out_of_range", "a");
+    memset(long_stop, 'z', 65);
+    long_stop[65] = 0;
+    snprintf(json, sizeof json,
+             "{\"type\":\"generate\",\"id\":\"a\",\"prompt\":\"x\",\"stop\":[\"%s\"]}", long_stop);
+    expect_error(json, "out_of_range", "a");
+    expect_error("{\"type\":\"cancel\"}", "missing_field", NULL);
+    expect_error("{\"type\":\"cancel\",\"id\":\"a\",\"prompt\":\"x\"}", "unknown_field", "a");
+    expect_error("{\"type\":\"subscribe\"}", "missing_field", NULL);
+    expect_error("{\"type\":\"subscribe\",\"topic\":\"tokens\"}", "unknown_topic", NULL);
+    expect_error("{\"type\":\"subscribe\",\"topic\":3}", "wrong_type", NULL);
+
+    /* well-formed messages */
+    proto_msg m;
+    proto_error e;
+    memset(long_prompt, 'a', sizeof long_prompt - 1);
+    long_prompt[sizeof long_prompt - 1] = 0;
+    const char *full = "{\"type\":\"generate\",\"id\":\"a1\",\"prompt\":\"Tab\\there \\u00e9\","
+                       "\"model\":\"static\",\"max_tokens\":32,\"temperature\":0,\"top_k\":0,"
+                       "\"top_p\":1,\"seed\":9007199254740991,\"stop\":[\"\\n\\n\",\"END\"],"
+                       "\"ignore_eos\":true}";
+    CHECK(proto_parse(full, strlen(full), &LIM, &m, &e) == 0);
+    CHECK(m.kind == PROTO_GENERATE && !strcmp(m.id, "a1"));
+    CHECK(!strcmp(m.prompt, "Tab\there \xc3\xa9") && m.prompt_len == 11);
+    CHECK(m.policy == IFL_POLICY_STATIC && m.max_tokens == 32 && m.temperature == 0 &&
+          m.top_k == 0 && m.top_p == 1);
+    CHECK(m.has_seed && m.seed == 9007199254740991ull);
+    CHECK(m.n_stop == 2 && !strcmp(m.stop[0], "\n\n") && !strcmp(m.stop[1], "END"));
+    CHECK(m.ignore_eos == 1);
+    proto_msg_free(&m);
+    const char *minimal = "{\"type\":\"generate\",\"id\":\"b\",\"prompt\":\"hi\"}";
+    CHECK(proto_parse(minimal, strlen(minimal), &LIM, &m, &e) == 0);
+    CHECK(m.policy == IFL_POLICY_ITERATIVE && m.max_tokens == 64 && m.temperature == 0.8 &&
+          m.top_k == 40 && m.top_p == 0.95 && !m.has_seed && !m.n_stop && !m.ignore_eos);
+    proto_msg_free(&m);
+    snprintf(json, sizeof json, "{\"type\":\"generate\",\"id\":\"c\",\"prompt\":\"%s\"}",
+             long_prompt);
+    CHECK(proto_parse(json, strlen(json), &LIM, &m, &e) == 0 && m.prompt_len == 599);
+    proto_msg_free(&m);
+    const char *cancel = " {\"type\":\"cancel\",\"id\":\"a1\"} \n";
+    CHECK(proto_parse(cancel, strlen(cancel), &LIM, &m, &e) == 0 && m.kind == PROTO_CANCEL &&
+          !strcmp(m.id, "a1"));
+    proto_msg_free(&m);
+    const char *sub = "{\"type\":\"subscribe\",\"topic\":\"steps\"}";
+    CHECK(proto_parse(sub, strlen(sub), &LIM, &m, &e) == 0 && m.kind == PROTO_SUBSCRIBE);
+    proto_msg_free(&m);
+    const char *ping = "{\"type\":\"ping\"}";
+    CHECK(proto_parse(ping, strlen(ping), &LIM, &m, &e) == 0 && m.kind == PROTO_PING && !m.has_id);
+    proto_msg_free(&m);
+    if (failures)
+        fprintf(stderr, "test_protocol: %d error cases failed\n", failures);
+    CHECK(failures == 0);
+    if (test_failures)
+        return 1;
+    printf("test_protocol: ok\n");
+    return 0;
+}
