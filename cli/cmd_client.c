@@ -520,7 +520,8 @@ static int client_callback(struct lws *wsi, enum lws_callback_reasons reason, vo
         c->closed = 1;
         c->wsi = NULL;
         if (cl->phase != 2) {
-            snprintf(cl->error, sizeof cl->error, "the server closed the connection");
+            if (!cl->error[0])
+                snprintf(cl->error, sizeof cl->error, "the server closed the connection");
             cl->failed = 1;
             cl->phase = 2;
         }

@@ -29,7 +29,7 @@ static const char *const HELP =
     "  --max-queue N           most waiting requests per batcher (default 256)\n"
     "  --step-tokens N         token budget of one step (default 256)\n"
     "  --kv-mem-mb N           KV cache memory per batcher (default: max-batch full contexts,\n"
-    "                          capped at 1 GiB)\n"
+    "                          capped at 2 GiB)\n"
     "  --max-connections N     WebSocket connections at once (default 256; more are closed with\n"
     "                          1013)\n"
     "  --max-inflight N        requests in flight per connection (default 64)\n"

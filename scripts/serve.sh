@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# serve.sh: sets up a fresh Debian 12 machine (scripts/setup.sh), builds inflight, and runs it.
-# Until the WebSocket server lands this runs `inflight generate` on a model: the one given as the
-# first argument, else models/gpt2 (see scripts/fetch-model.sh), else a small random demo model
-# made on first use (random weights: the text is gibberish, the machinery is real).
-# usage: scripts/serve.sh [MODEL_DIR] [extra `inflight generate` options...]
-# The prompt comes from $PROMPT (default "Hello, my name is").
+# serve.sh: sets up a fresh Debian 12 machine (scripts/setup.sh), builds inflight, and serves the
+# chat page and WebSocket API (`inflight serve`) on http://127.0.0.1:8080 (HOST / PORT override).
+# The model: the directory given as the first argument, else models/gpt2 (scripts/fetch-model.sh
+# fetches it where there is internet), else a random GPT-2-124M-shaped demo model made on first
+# use (random weights: the text is gibberish, the machinery is real).
+# usage: scripts/serve.sh [MODEL_DIR] [extra `inflight serve` options...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -24,4 +24,4 @@ if [ -z "$model" ]; then
     fi
   fi
 fi
-exec build/inflight generate --model "$model" --prompt "${PROMPT:-Hello, my name is}" -n 64 "$@"
+exec build/inflight serve --model "$model" --host "${HOST:-127.0.0.1}" --port "${PORT:-8080}" "$@"

