@@ -354,8 +354,8 @@ static void cpu_describe(const ifl_backend *base, char *buf, int cap)
     char mm[64];
     sgemm_desc(be, mm, sizeof mm);
     snprintf(buf, (size_t)cap,
-             "cpu: %d threads, %s, weights %s, KV pool %d blocks x %d tokens (%.0f MiB)", be->nth,
-             mm, ifl_model_dtype_name(base->model), base->params.kv_blocks,
+             "cpu: %d thread%s, %s, weights %s, KV pool %d blocks x %d tokens (%.0f MiB)", be->nth,
+             be->nth == 1 ? "" : "s", mm, ifl_model_dtype_name(base->model), base->params.kv_blocks,
              base->params.kv_block_size, (double)be->kv_bytes / (1024.0 * 1024.0));
 }
 

@@ -366,11 +366,12 @@ static void log_request(server *s, const srv_req *r, const ifl_event *ev, double
     if (!s->o->log_requests || s->o->quiet)
         return;
     fprintf(stderr,
-            "inflight: request %s/%s policy=%s prompt_tokens=%d tokens=%d finish=%s "
-            "queue_ms=%.1f ttft_ms=%.1f total_ms=%.1f tokens_per_s=%.1f%s%s\n",
-            r->conn ? r->conn->session_hex : "closed", r->id, ifl_policy_name(r->policy),
-            ev->prompt_tokens, ev->completion_tokens, ifl_finish_name(ev->finish), queue_ms,
-            ttft_ms, total_ms, tps, ev->message ? " error=" : "", ev->message ? ev->message : "");
+            "inflight: request %016llx/%s policy=%s prompt_tokens=%d tokens=%d finish=%s "
+            "queue_ms=%.1f ttft_ms=%.1f total_ms=%.1f tokens_per_s=%.1f%s%s%s\n",
+            (unsigned long long)r->session, r->id, ifl_policy_name(r->policy), ev->prompt_tokens,
+            ev->completion_tokens, ifl_finish_name(ev->finish), queue_ms, ttft_ms, total_ms, tps,
+            r->conn ? "" : " (connection closed)", ev->message ? " error=" : "",
+            ev->message ? ev->message : "");
 }
 
 static void handle_event(server *s, evq_item *it)
