@@ -1,0 +1,477 @@
+#!/usr/bin/env node
+// chat.test.js: the web page end to end in headless Chromium against the real `inflight serve`:
+// makes a small random model, starts the server on a free port, and drives web/ from several
+// browser contexts (each its own WebSocket session): two pages submit at the same moment under the
+// iterative policy and must share a scheduler step; the demo button under static; an error frame
+// shown in its card; page-side validation; cancel; a phone-sized and a dark-mode page. Every page
+// must be free of console errors, page errors, CSP violations and requests to other origins.
+// Screenshots go to ARTIFACTS_DIR (with the server's output, server.log).
+//
+// usage: node tests/browser/chat.test.js INFLIGHT_BINARY VOCAB_DIR ARTIFACTS_DIR
+// Exit status: 0 passed, 1 failed, 77 skipped (no Chromium; $CHROMIUM overrides /usr/bin/chromium).
+'use strict';
+
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
+const http = require('http');
+const { spawn, spawnSync } = require('child_process');
+
+const REPO = path.resolve(__dirname, '..', '..');
+const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
+const T0 = Date.now();
+
+function log(msg) {
+  process.stdout.write(`[${((Date.now() - T0) / 1000).toFixed(1).padStart(5)} s] ${msg}\n`);
+}
+function ok(msg) { log('ok   ' + msg); }
+function check(cond, msg) {
+  if (!cond) throw new Error(msg);
+  ok(msg);
+}
+
+const argv = process.argv.slice(2);
+if (argv.length !== 3) {
+  process.stderr.write('usage: node tests/browser/chat.test.js INFLIGHT_BINARY VOCAB_DIR ARTIFACTS_DIR\n');
+  process.exit(1);
+}
+const BIN = path.resolve(argv[0]);
+const VOCAB = path.resolve(argv[1]);
+const ARTIFACTS = path.resolve(argv[2]);
+
+if (!fs.existsSync(CHROMIUM)) {
+  log(`skip: no Chromium at ${CHROMIUM} (set $CHROMIUM to use another)`);
+  process.exit(77);
+}
+let chromium;
+try {
+  ({ chromium } = require('playwright-core'));
+} catch (e) {
+  process.stderr.write(`FAIL: cannot load playwright-core (${e.message}); run scripts/setup.sh (npm ci)\n`);
+  process.exit(1);
+}
+
+// ------------------------------------------------------------------ the server
+
+const cleanup = { tmp: null, server: null, browser: null };
+let lastServer = null;   // for its output when the test fails
+
+function startServer(model) {
+  return new Promise((resolve, reject) => {
+    const args = ['serve', '--model', model, '--port', '0', '--host', '127.0.0.1', '--web', path.join(REPO, 'web')];
+    log(`starting: ${BIN} ${args.join(' ')}`);
+    const proc = spawn(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    const logFile = fs.createWriteStream(path.join(ARTIFACTS, 'server.log'));
+    const srv = { proc, output: '', exited: null, port: 0 };
+    cleanup.server = srv;
+    lastServer = srv;
+    let stdoutBuf = '';
+    const timer = setTimeout(() => reject(new Error(
+      `the server did not print 'listening on http://...' within 60 s; its output:\n${srv.output}`)), 60000);
+    proc.stdout.on('data', (d) => {
+      const s = d.toString();
+      srv.output += s;
+      logFile.write(s);
+      stdoutBuf += s;
+      const m = /listening on http:\/\/([0-9.]+):(\d+)/.exec(stdoutBuf);
+      if (m && !srv.port) {
+        srv.port = Number(m[2]);
+        clearTimeout(timer);
+        resolve(srv);
+      }
+    });
+    proc.stderr.on('data', (d) => {
+      srv.output += d.toString();
+      logFile.write(d);
+    });
+    proc.on('error', (e) => { clearTimeout(timer); reject(new Error(`cannot run ${BIN}: ${e.message}`)); });
+    proc.on('exit', (code, sig) => {
+      srv.exited = { code, sig };
+      if (!srv.port) {
+        clearTimeout(timer);
+        reject(new Error(`the server exited (${sig || 'status ' + code}) before listening; its output:\n${srv.output}`));
+      }
+    });
+  });
+}
+
+function httpGet(port, p) {
+  return new Promise((resolve) => {
+    const req = http.get({ host: '127.0.0.1', port, path: p, timeout: 2000 }, (res) => {
+      let body = '';
+      res.on('data', (d) => { body += d; });
+      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body }));
+    });
+    req.on('error', (e) => resolve({ status: 0, body: String(e.message) }));
+    req.on('timeout', () => { req.destroy(); });
+  });
+}
+
+async function waitReady(srv) {
+  const until = Date.now() + 60000;
+  let last = null;
+  while (Date.now() < until) {
+    if (srv.exited) throw new Error(`the server exited while starting; its output:\n${srv.output}`);
+    last = await httpGet(srv.port, '/readyz');
+    if (last.status === 200) return;
+    await sleep(100);
+  }
+  throw new Error(`/readyz did not answer 200 within 60 s (last: ${last && last.status} ${last && last.body})`);
+}
+
+async function stopServer(srv) {
+  if (!srv || srv.exited) return;
+  const gone = new Promise((r) => srv.proc.once('exit', r));
+  srv.proc.kill('SIGTERM');
+  const t = setTimeout(() => {
+    if (!srv.exited) {
+      log('the server ignored SIGTERM for 5 s: SIGKILL');
+      srv.proc.kill('SIGKILL');
+    }
+  }, 5000);
+  await gone;
+  clearTimeout(t);
+  log(`server stopped (${srv.exited.sig ? 'signal ' + srv.exited.sig : 'exit status ' + srv.exited.code})`);
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// ------------------------------------------------------------------ pages
+
+const pages = [];   // {name, page, problems}
+
+async function openPage(browser, base, name, contextOptions) {
+  const context = await browser.newContext(Object.assign({ viewport: { width: 1280, height: 900 } }, contextOptions || {}));
+  await context.addInitScript(() => {
+    window.__cspViolations = [];
+    document.addEventListener('securitypolicyviolation', (e) => {
+      window.__cspViolations.push(`${e.violatedDirective} blocked ${e.blockedURI || '(inline)'} at ${e.sourceFile}:${e.lineNumber}`);
+    });
+  });
+  const page = await context.newPage();
+  const rec = { name, page, problems: [] };
+  const origin = new URL(base).origin;
+  page.on('console', (m) => {
+    if (m.type() === 'error') rec.problems.push(`console error: ${m.text()}`);
+  });
+  page.on('pageerror', (e) => rec.problems.push(`page error: ${e.message}`));
+  page.on('request', (r) => {
+    const u = r.url();
+    if (!u.startsWith(origin + '/') && !u.startsWith('data:')) rec.problems.push(`request to another origin: ${u}`);
+  });
+  page.on('response', (r) => {
+    if (r.status() >= 400) rec.problems.push(`HTTP ${r.status()} for ${r.url()}`);
+  });
+  pages.push(rec);
+  await page.goto(base + '/');
+  await page.waitForSelector('body[data-conn="open"][data-steps="on"]', { timeout: 20000 });
+  return page;
+}
+
+// The sampling parameters are collapsed on phones: open them as a user would.
+async function openParams(page) {
+  if (!(await page.$eval('#params', (d) => d.open))) await page.click('#params > summary');
+}
+
+async function setPolicy(page, model) {
+  await page.click(`label[for="model-${model}"]`);
+  const checked = await page.isChecked(`#model-${model}`);
+  if (!checked) throw new Error(`could not select the ${model} policy`);
+}
+
+async function cardInfo(page, id) {
+  return page.$eval(`.card[data-id="${id}"]`, (c) => ({
+    id: c.dataset.id,
+    state: c.dataset.state,
+    model: c.dataset.model,
+    rid: c.dataset.rid === undefined ? null : Number(c.dataset.rid),
+    finish: c.dataset.finish || null,
+    errorCode: c.dataset.errorCode || null,
+    prompt: c.querySelector('.prompt').textContent,
+    completion: c.querySelector('.completion').textContent,
+    error: c.querySelector('.card-error').textContent,
+    ttft: c.querySelector('.m-ttft').textContent,
+    tps: c.querySelector('.m-tps').textContent,
+    tokens: c.querySelector('.m-tokens').textContent,
+  }));
+}
+
+async function waitFinal(page, id, ms) {
+  await page.waitForFunction((cid) => {
+    const c = document.querySelector(`.card[data-id="${cid}"]`);
+    return c && (c.dataset.state === 'done' || c.dataset.state === 'error');
+  }, id, { timeout: ms || 60000 });
+  return cardInfo(page, id);
+}
+
+async function cardIds(page) {
+  return page.$$eval('#cards .card', (cs) => cs.map((c) => c.dataset.id));
+}
+
+// Clicks a button at wall-clock time `at` (ms since the epoch: the pages and this process share the
+// clock) and returns the id of the card it created.
+function clickAt(page, selector, at) {
+  return page.evaluate(([sel, t]) => new Promise((resolve) => {
+    setTimeout(() => {
+      document.querySelector(sel).click();
+      const c = document.querySelector('#cards .card');
+      resolve(c ? c.dataset.id : null);
+    }, Math.max(0, t - Date.now()));
+  }), [selector, at]);
+}
+
+// Where each rid appears in a page's recorded steps of one batcher.
+function stepSpans(page, model, rids) {
+  return page.evaluate(([m, rs]) => {
+    const out = {};
+    for (const r of rs) out[r] = { first: null, last: null, n: 0, prefill: 0 };
+    for (const s of window.inflightSteps[m]) {
+      for (const [rid, pre] of s.seqs) {
+        const o = out[rid];
+        if (!o) continue;
+        if (o.first === null) o.first = s.step;
+        o.last = s.step;
+        o.n++;
+        if (pre) o.prefill++;
+      }
+    }
+    return out;
+  }, [model, rids]);
+}
+
+async function screenshot(page, file) {
+  await sleep(250);   // let the last animation frame draw the canvases
+  const p = path.join(ARTIFACTS, file);
+  await page.screenshot({ path: p, fullPage: true });
+  log(`screenshot ${p}`);
+}
+
+// ------------------------------------------------------------------ the test
+
+async function main() {
+  fs.mkdirSync(ARTIFACTS, { recursive: true });
+  cleanup.tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'inflight-browser-'));
+  const model = path.join(cleanup.tmp, 'model');
+  const mk = spawnSync(BIN, ['make-model', '--out', model, '--n-layer', '2', '--n-head', '4', '--n-embd', '64',
+    '--n-ctx', '256', '--seed', '3', '--vocab', VOCAB], { encoding: 'utf8', timeout: 120000 });
+  if (mk.error) throw new Error(`cannot run ${BIN} make-model: ${mk.error.message}`);
+  if (mk.status !== 0) throw new Error(`make-model failed (status ${mk.status}): ${mk.stderr}`);
+  ok('make-model: ' + (mk.stderr || mk.stdout).trim().split('\n').pop());
+
+  const srv = await startServer(model);
+  await waitReady(srv);
+  const base = `http://127.0.0.1:${srv.port}`;
+  ok(`server listening on ${base}, /readyz 200`);
+  const index = await httpGet(srv.port, '/');
+  check(index.status === 200 && /<title>inflight/.test(index.body), 'GET / serves web/index.html');
+  if (index.headers['content-security-policy']) log(`server CSP header: ${index.headers['content-security-policy']}`);
+
+  const browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox', '--headless=new'] });
+  cleanup.browser = browser;
+  log(`browser: Chromium ${browser.version()}`);
+
+  // -------- two contexts, same moment, iterative: they must share a step
+  const A = await openPage(browser, base, 'A');
+  const B = await openPage(browser, base, 'B');
+  const sessions = await Promise.all([A, B].map((p) => p.evaluate(() => document.body.dataset.session)));
+  check(sessions[0] && sessions[1] && sessions[0] !== sessions[1], `two sessions: ${sessions.join(', ')}`);
+  const hello = await A.evaluate(() => window.inflight.hello);
+  const summary = await A.$eval('#model-summary', (e) => e.innerText.replace(/\s+/g, ' ').trim());
+  check(/2\s*layers/.test(summary) && /64\s*wide/.test(summary), `model summary shown: "${summary}"`);
+
+  const prompts = ['Programming in C++ is like', 'Programming in Assembly is like'];
+  for (const [i, p] of [A, B].entries()) {
+    await setPolicy(p, 'iterative');
+    await p.fill('#max-tokens', '48');
+    await p.check('#ignore-eos');
+    await p.fill('#prompt', prompts[i]);
+  }
+  const at = Date.now() + 400;
+  const [idA, idB] = await Promise.all([clickAt(A, '#send', at), clickAt(B, '#send', at)]);
+  check(idA && idB, `both pages sent at the same moment (cards ${idA}, ${idB})`);
+  const [cA, cB] = await Promise.all([waitFinal(A, idA), waitFinal(B, idB)]);
+  for (const [n, c] of [['A', cA], ['B', cB]]) {
+    check(c.state === 'done', `page ${n}: card ${c.id} is done (state ${c.state}${c.error ? ': ' + c.error : ''})`);
+    check(c.model === 'iterative' && Number.isInteger(c.rid), `page ${n}: card has data-model iterative and data-rid ${c.rid}`);
+    check(c.finish === 'length', `page ${n}: finish_reason ${c.finish} (48 tokens, ignore_eos)`);
+    check(c.completion.length > 0, `page ${n}: completion is ${c.completion.length} characters: ${JSON.stringify(c.completion.slice(0, 60))}…`);
+    check(/\d/.test(c.ttft) && /tok\/s/.test(c.tps), `page ${n}: TTFT ${c.ttft}, ${c.tps}, tokens ${c.tokens}`);
+  }
+  const both = await A.evaluate(([r1, r2]) => {
+    const has = (s, r) => s.seqs.some((q) => q[0] === r);
+    const s = window.inflightSteps.iterative.find((st) => has(st, r1) && has(st, r2));
+    return s ? { step: s.step, seqs: s.seqs, running: s.running, prefill: s.prefill_tokens, decode: s.decode_tokens } : null;
+  }, [cA.rid, cB.rid]);
+  const spans = await stepSpans(A, 'iterative', [cA.rid, cB.rid]);
+  const spanText = `rid ${cA.rid} in steps ${spans[cA.rid].first}..${spans[cA.rid].last} (${spans[cA.rid].n} steps); ` +
+      `rid ${cB.rid} in steps ${spans[cB.rid].first}..${spans[cB.rid].last} (${spans[cB.rid].n} steps)`;
+  check(both !== null, `an iterative step holds both pages' requests (rid ${cA.rid} from A, rid ${cB.rid} from B)` +
+    (both ? '' : `: ${spanText}`));
+  log(`     evidence: step ${both.step}: seqs ${JSON.stringify(both.seqs)} (${both.prefill} prefill + ${both.decode} decode tokens, ${both.running} running after it)`);
+  log(`     ${spanText}`);
+  const seenByB = await B.evaluate((n) => window.inflightSteps.iterative.some((s) => s.step === n), both.step);
+  check(seenByB, `page B also recorded step ${both.step}`);
+  await A.waitForFunction((n) => Number(document.getElementById('batch-iterative').dataset.lastStep) >= n,
+    both.step, { timeout: 5000 });
+  const drawn = await A.$eval('#batch-iterative', (f) => f.dataset.lastStep);
+  check(Number(drawn) >= both.step, `the iterative batch view has drawn up to step ${drawn}`);
+
+  // -------- an error frame lands in its card (prompt + max_tokens beyond the context)
+  const maxTokens = hello.limits.max_tokens;
+  await B.fill('#max-tokens', String(maxTokens));
+  await B.fill('#prompt', 'This prompt and the longest completion do not fit in the context');
+  await B.click('#send');
+  const idErr = (await cardIds(B))[0];
+  const cErr = await waitFinal(B, idErr, 20000);
+  check(cErr.state === 'error' && cErr.errorCode === 'prompt_too_long' && cErr.error.length > 0,
+    `server error shown in card ${idErr}: [${cErr.errorCode}] ${cErr.error}`);
+  await B.fill('#max-tokens', '48');
+
+  // -------- validation in the page: nothing is sent while a field is invalid
+  const before = (await cardIds(A)).length;
+  await A.fill('#temperature', '7');
+  await A.fill('#prompt', 'not sent');
+  await A.click('#send');
+  const tErr = await A.$eval('#temperature-err', (e) => e.textContent);
+  const invalid = await A.getAttribute('#temperature', 'aria-invalid');
+  check(tErr.length > 0 && invalid === 'true' && (await cardIds(A)).length === before,
+    `temperature 7 refused in the page: "${tErr}"`);
+  await A.fill('#temperature', '0.8');
+  await A.fill('#prompt', '');
+  await A.click('#send');
+  const pErr = await A.$eval('#prompt-err', (e) => e.textContent);
+  check(pErr.length > 0 && (await cardIds(A)).length === before, `empty prompt refused in the page: "${pErr}"`);
+  await A.fill('#prompt', 'x');   // typing clears the message
+  await A.fill('#prompt', '');
+
+  await screenshot(A, 'iterative-a.png');
+  await screenshot(B, 'iterative-b.png');
+
+  // -------- the demo button under static: the second request waits for the first to drain
+  await setPolicy(A, 'static');
+  await A.fill('#max-tokens', '160');
+  const known = new Set(await cardIds(A));
+  await A.click('#demo');
+  await A.waitForFunction((n) => document.querySelectorAll('#cards .card').length >= n, known.size + 2, { timeout: 10000 });
+  const demoIds = (await cardIds(A)).filter((id) => !known.has(id)).reverse();   // oldest first
+  const demo = [];
+  for (const id of demoIds) demo.push(await waitFinal(A, id));
+  check(demo.length === 2 && demo[0].prompt === prompts[0] && demo[1].prompt === prompts[1],
+    `demo sent the two seed prompts (${demoIds.join(', ')})`);
+  for (const c of demo) {
+    check(c.state === 'done' && c.model === 'static' && c.completion.length > 0,
+      `demo card ${c.id}: static rid ${c.rid}, ${c.finish}, ${c.completion.length} characters`);
+  }
+  const sspans = await stepSpans(A, 'static', [demo[0].rid, demo[1].rid]);
+  const s0 = sspans[demo[0].rid], s1 = sspans[demo[1].rid];
+  log(`     static: rid ${demo[0].rid} in steps ${s0.first}..${s0.last}; rid ${demo[1].rid} in steps ${s1.first}..${s1.last}`);
+  check(s0.n > 0 && s1.n > 0 && s1.first > s0.last,
+    `static: rid ${demo[1].rid} started (step ${s1.first}) only after rid ${demo[0].rid}'s batch drained (step ${s0.last})`);
+  const waited = await A.evaluate(([r0]) => window.inflightSteps.static.filter((s) => s.seqs.some((q) => q[0] === r0) && s.waiting > 0).length, [demo[0].rid]);
+  log(`     static: ${waited} of rid ${demo[0].rid}'s ${s0.n} steps had a request waiting` +
+      (waited ? ' (the demo\'s second one, admitted only when the batch drained)'
+        : ' (the second request arrived after the first had finished)'));
+  await screenshot(A, 'static-demo.png');
+
+  // -------- cancel: a request waiting behind a static batch is cancelled from its card
+  await A.fill('#max-tokens', '200');
+  await A.fill('#prompt', 'A long one');
+  await A.click('#send');
+  const idLong = (await cardIds(A))[0];
+  await A.fill('#prompt', 'Cancel me');
+  await A.click('#send');
+  const idCancel = (await cardIds(A))[0];
+  await A.click(`.card[data-id="${idCancel}"] .card-cancel`).catch(() => {});
+  const cCancel = await waitFinal(A, idCancel);
+  await waitFinal(A, idLong);
+  check(cCancel.state === 'done' && (cCancel.finish === 'cancelled' || cCancel.finish === 'length'),
+    `cancel button: card ${idCancel} ended ${cCancel.finish}` + (cCancel.finish === 'length' ? ' (it finished before the cancel arrived)' : ''));
+
+  // -------- a phone
+  const phone = await openPage(browser, base, 'phone', {
+    viewport: { width: 390, height: 844 }, deviceScaleFactor: 2, isMobile: true, hasTouch: true,
+  });
+  await setPolicy(phone, 'iterative');
+  check(!(await phone.$eval('#params', (d) => d.open)), 'phone: the sampling parameters start collapsed');
+  await openParams(phone);
+  await phone.fill('#max-tokens', '40');
+  await phone.click('#params > summary');   // collapse again: the screenshot shows the batches first
+  const pk = new Set(await cardIds(phone));
+  await phone.click('#demo');
+  await phone.waitForFunction((n) => document.querySelectorAll('#cards .card').length >= n, pk.size + 2, { timeout: 10000 });
+  for (const id of (await cardIds(phone)).filter((x) => !pk.has(x))) {
+    const c = await waitFinal(phone, id);
+    check(c.state === 'done', `phone: demo card ${id} done (${c.completion.length} characters)`);
+  }
+  const overflow = await phone.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  check(overflow <= 0, `phone: no horizontal scrolling (overflow ${overflow}px)`);
+  await screenshot(phone, 'phone.png');
+
+  // -------- dark mode
+  const dark = await openPage(browser, base, 'dark', { colorScheme: 'dark' });
+  const bg = await dark.evaluate(() => getComputedStyle(document.body).backgroundColor);
+  const rgb = (bg.match(/\d+/g) || []).map(Number);
+  check(rgb.length >= 3 && rgb[0] + rgb[1] + rgb[2] < 150, `dark mode: page background ${bg}`);
+  await setPolicy(dark, 'iterative');
+  await dark.fill('#max-tokens', '64');
+  await dark.fill('#prompt', 'The best thing about batching is');
+  await dark.click('#send');
+  const idDark = (await cardIds(dark))[0];
+  await setPolicy(dark, 'static');
+  const dk = new Set(await cardIds(dark));
+  await dark.click('#demo');
+  await dark.waitForFunction((n) => document.querySelectorAll('#cards .card').length >= n, dk.size + 2, { timeout: 10000 });
+  for (const id of [idDark, ...(await cardIds(dark)).filter((x) => !dk.has(x))]) {
+    const c = await waitFinal(dark, id);
+    check(c.state === 'done', `dark: card ${id} (${c.model}) done`);
+  }
+  await screenshot(dark, 'dark.png');
+
+  // -------- no console errors, page errors, CSP violations or foreign requests anywhere
+  for (const rec of pages) {
+    const csp = await rec.page.evaluate(() => window.__cspViolations).catch(() => []);
+    for (const v of csp) rec.problems.push('CSP violation: ' + v);
+    check(rec.problems.length === 0, `page ${rec.name}: no console errors, page errors or CSP violations` +
+      (rec.problems.length ? ':\n  ' + rec.problems.join('\n  ') : ''));
+  }
+}
+
+async function teardown() {
+  if (cleanup.browser) await cleanup.browser.close().catch(() => {});
+  cleanup.browser = null;
+  if (cleanup.server) await stopServer(cleanup.server).catch(() => {});
+  cleanup.server = null;
+  if (cleanup.tmp) fs.rmSync(cleanup.tmp, { recursive: true, force: true });
+  cleanup.tmp = null;
+}
+
+for (const sig of ['SIGINT', 'SIGTERM']) {
+  process.on(sig, () => {
+    log(`interrupted (${sig}): cleaning up`);
+    teardown().finally(() => process.exit(1));
+  });
+}
+
+const watchdog = setTimeout(() => {
+  process.stderr.write('FAIL: the browser test took more than 5 minutes\n');
+  teardown().finally(() => process.exit(1));
+}, 300000);
+
+main().then(async () => {
+  await teardown();
+  clearTimeout(watchdog);
+  log('PASS: browser test');
+  process.exit(0);
+}, async (e) => {
+  await teardown();
+  clearTimeout(watchdog);
+  process.stderr.write(`FAIL: ${e && e.message ? e.message : e}\n`);
+  for (const rec of pages) {
+    if (rec.problems.length) process.stderr.write(`page ${rec.name} reported:\n  ${rec.problems.join('\n  ')}\n`);
+  }
+  if (lastServer && lastServer.output) {
+    process.stderr.write(`the server's last output (all of it in ${path.join(ARTIFACTS, 'server.log')}):\n` +
+      lastServer.output.slice(-3000) + '\n');
+  }
+  process.exit(1);
+});

@@ -1,0 +1,829 @@
+// app.js: the inflight page's client: the WebSocket session (docs/protocol.md) with reconnection,
+// the controls and their validation, one card per request streaming its completion, and the
+// live batch views fed by `step` frames (batchview.js).
+//
+// Hooks for tests and curious users:
+//   each card: <li class="card" data-id="c1" data-state="queued|started|streaming|done|error"
+//              data-model="iterative" data-rid="17" data-finish="length"> with a .completion
+//   <body data-conn="connecting|open|closed" data-steps="on|off" data-session="...">
+//   window.inflightSteps = {iterative: [...], static: [...]}: the last step frames, as received
+//   window.inflight: the page's state (hello, cards by id, own rids by model)
+'use strict';
+
+(function () {
+  const $ = (sel, root) => (root || document).querySelector(sel);
+  const POLICIES = ['iterative', 'static'];
+  const LABELS = { iterative: 'Iterative', static: 'Static' };
+  const STEPS_KEPT = 5000;
+  const DEMO_PROMPTS = ['Programming in C++ is like', 'Programming in Assembly is like'];
+  const DEMO_GAP_MS = 50;
+  const PING_EVERY_MS = 15000;
+  const PONG_TIMEOUT_MS = 45000;
+  // Card colours: distinct hues that read on light and dark backgrounds.
+  const PALETTE = ['#3d7bf7', '#e5484d', '#2fa36b', '#f08c1a', '#8e55d6', '#0fa3a3', '#d6409f',
+    '#a87b4f', '#5b6cf0', '#7ab317'];
+  const FALLBACK = {
+    limits: { max_context: 1024, max_tokens: 1023, max_message_bytes: 65536, max_stop: 4, max_stop_bytes: 64 },
+    vocab: 50257,
+  };
+
+  const steps = { iterative: [], static: [] };
+  window.inflightSteps = steps;
+
+  const app = {
+    ws: null,
+    hello: null,
+    session: null,
+    cards: new Map(),                                   // client id -> card
+    own: { iterative: new Map(), static: new Map() },   // rid -> card (this connection's)
+    waiting: { iterative: new Map(), static: new Map() },  // rid -> card still in the queue
+    nextId: 1,
+    nextColor: 0,
+    retries: 0,
+    retryTimer: 0,
+    countdownTimer: 0,
+    retryAt: 0,
+    pingTimer: 0,
+    pingSeq: 0,
+    pingSent: new Map(),
+    rttMs: null,
+  };
+  window.inflight = app;
+
+  const el = {
+    body: document.body,
+    connText: $('#conn-text'),
+    reconnectNow: $('#reconnect-now'),
+    modelSummary: $('#model-summary'),
+    banner: $('#banner'),
+    bannerText: $('#banner-text'),
+    bannerClose: $('#banner-close'),
+    form: $('#composer'),
+    prompt: $('#prompt'),
+    send: $('#send'),
+    demo: $('#demo'),
+    formErr: $('#form-err'),
+    maxTokens: $('#max-tokens'),
+    temperature: $('#temperature'),
+    topK: $('#top-k'),
+    topP: $('#top-p'),
+    seed: $('#seed'),
+    stop: $('#stop'),
+    ignoreEos: $('#ignore-eos'),
+    cards: $('#cards'),
+    cardsEmpty: $('#cards-empty'),
+    cardsCount: $('#cards-count'),
+    clearDone: $('#clear-done'),
+    template: $('#card-template'),
+    zoom: $('#zoom'),
+    pause: $('#pause'),
+    serverName: $('#server-name'),
+    sessionId: $('#session-id'),
+  };
+
+  // ---------------------------------------------------------------- batch views
+
+  const views = {};
+  for (const p of POLICIES) {
+    views[p] = new window.InflightBatchView($('#batch-' + p), p, LABELS[p], (rid) => {
+      const c = app.own[p].get(rid);
+      return c ? { id: c.id, color: c.color } : null;
+    });
+  }
+  const darkQuery = window.matchMedia('(prefers-color-scheme: dark)');
+  const rethemeViews = () => { for (const p of POLICIES) views[p].readTheme(); };
+  if (darkQuery.addEventListener) darkQuery.addEventListener('change', rethemeViews);
+  el.zoom.addEventListener('change', () => {
+    for (const p of POLICIES) views[p].setZoom(el.zoom.value);
+  });
+  el.pause.addEventListener('click', () => {
+    const paused = el.pause.getAttribute('aria-pressed') !== 'true';
+    el.pause.setAttribute('aria-pressed', String(paused));
+    el.pause.textContent = paused ? 'Resume' : 'Pause';
+    for (const p of POLICIES) views[p].setPaused(paused);
+  });
+
+  // ---------------------------------------------------------------- formatting
+
+  function fmtMs(ms) {
+    if (typeof ms !== 'number' || !isFinite(ms) || ms < 0) return '–';
+    if (ms < 10) return ms.toFixed(1) + ' ms';
+    if (ms < 1000) return Math.round(ms) + ' ms';
+    return (ms / 1000).toFixed(2) + ' s';
+  }
+
+  function fmtRate(r) {
+    if (typeof r !== 'number' || !isFinite(r) || r <= 0) return '–';
+    return (r < 100 ? r.toFixed(1) : Math.round(r)) + ' tok/s';
+  }
+
+  const utf8 = new TextEncoder();
+  const byteLength = (s) => utf8.encode(s).length;
+
+  // ---------------------------------------------------------------- banner and connection status
+
+  function showBanner(text) {
+    el.bannerText.textContent = text;
+    el.banner.hidden = false;
+  }
+  el.bannerClose.addEventListener('click', () => { el.banner.hidden = true; });
+
+  function setConn(state, text) {
+    el.body.dataset.conn = state;
+    el.connText.textContent = text;
+    el.reconnectNow.hidden = state !== 'closed';
+    const usable = state === 'open';
+    el.send.disabled = !usable;
+    el.demo.disabled = !usable;
+    el.send.title = usable ? '' : 'Not connected to the server';
+  }
+
+  // ---------------------------------------------------------------- connection
+
+  function wsUrl() {
+    const proto = location.protocol === 'https:' ? 'wss:' : 'ws:';
+    return proto + '//' + location.host + '/ws';
+  }
+
+  function connect() {
+    clearTimeout(app.retryTimer);
+    clearInterval(app.countdownTimer);
+    if (app.ws) return;
+    if (!/^https?:$/.test(location.protocol)) {
+      setConn('closed', 'Offline');
+      showBanner('Open this page from `inflight serve` (http://HOST:PORT/), not as a file.');
+      return;
+    }
+    setConn('connecting', app.retries ? 'Reconnecting…' : 'Connecting…');
+    let ws;
+    try {
+      ws = new WebSocket(wsUrl());
+    } catch (e) {
+      onClosed(null, { code: 1006, reason: String(e && e.message || e) });
+      return;
+    }
+    app.ws = ws;
+    ws.addEventListener('open', () => {
+      if (app.ws === ws) setConn('connecting', 'Connected, waiting for the server…');
+    });
+    ws.addEventListener('message', (ev) => { if (app.ws === ws) onMessage(ev); });
+    ws.addEventListener('close', (ev) => { if (app.ws === ws) onClosed(ws, ev); });
+  }
+
+  const CLOSE_REASONS = {
+    4000: 'the server stopped answering',
+    1001: 'the server is shutting down',
+    1007: 'the server received text that is not UTF-8',
+    1008: 'this page fell too far behind the server',
+    1009: 'a message was too large',
+    1013: 'the server has too many connections',
+  };
+
+  function onClosed(ws, ev) {
+    app.ws = null;
+    app.hello = null;
+    clearInterval(app.pingTimer);
+    app.pingSent.clear();
+    el.body.dataset.steps = 'off';
+    const why = CLOSE_REASONS[ev.code];
+    let lost = 0;
+    for (const c of app.cards.values()) {
+      if (!isFinal(c)) {
+        lost++;
+        failCard(c, 'disconnected', 'The connection closed before this request finished' +
+          (why ? ' (' + why + ')' : '') + '; the server cancelled it.');
+      }
+    }
+    if (why) showBanner('Disconnected: ' + why + '.' + (lost ? ` ${lost} request${lost > 1 ? 's were' : ' was'} cancelled.` : ''));
+    const base = Math.min(15000, 500 * Math.pow(2, app.retries));
+    const delay = Math.round(base * (0.75 + Math.random() * 0.5));
+    app.retries++;
+    app.retryAt = Date.now() + delay;
+    const tick = () => {
+      const s = Math.max(0, Math.ceil((app.retryAt - Date.now()) / 1000));
+      setConn('closed', s > 0 ? `Disconnected · retrying in ${s} s` : 'Disconnected · retrying…');
+    };
+    tick();
+    clearInterval(app.countdownTimer);
+    app.countdownTimer = setInterval(tick, 500);
+    clearTimeout(app.retryTimer);
+    app.retryTimer = setTimeout(connect, delay);
+  }
+
+  el.reconnectNow.addEventListener('click', () => { app.retries = 0; connect(); });
+
+  function send(obj) {
+    if (!app.ws || app.ws.readyState !== WebSocket.OPEN) return false;
+    app.ws.send(JSON.stringify(obj));
+    return true;
+  }
+
+  // A ping now and every PING_EVERY_MS: the round trip shows in the status; a pong overdue by
+  // PONG_TIMEOUT_MS means a dead connection, dropped at once (its late events are ignored).
+  function startPings() {
+    const ping = () => {
+      const now = Date.now();
+      for (const t of app.pingSent.values()) {
+        if (now - t > PONG_TIMEOUT_MS && app.ws) {
+          const dead = app.ws;
+          onClosed(dead, { code: 4000 });
+          try { dead.close(4000, 'no pong'); } catch (e) { /* already closing */ }
+          return;
+        }
+      }
+      const id = 'p' + (++app.pingSeq);
+      if (send({ type: 'ping', id })) app.pingSent.set(id, now);
+    };
+    clearInterval(app.pingTimer);
+    app.pingTimer = setInterval(ping, PING_EVERY_MS);
+    ping();
+  }
+
+  function connectedText() {
+    return 'Connected' + (app.rttMs != null ? ` · ${app.rttMs < 1 ? '<1' : Math.round(app.rttMs)} ms` : '');
+  }
+
+  // ---------------------------------------------------------------- messages
+
+  function onMessage(ev) {
+    if (typeof ev.data !== 'string') return;
+    let m;
+    try {
+      m = JSON.parse(ev.data);
+    } catch (e) {
+      showBanner('The server sent a message that is not JSON.');
+      return;
+    }
+    if (!m || typeof m !== 'object') return;
+    switch (m.type) {
+      case 'hello': onHello(m); break;
+      case 'subscribed': if (m.topic === 'steps') el.body.dataset.steps = 'on'; break;
+      case 'unsubscribed': if (m.topic === 'steps') el.body.dataset.steps = 'off'; break;
+      case 'queued': onQueued(m); break;
+      case 'started': onStarted(m); break;
+      case 'token': onToken(m); break;
+      case 'done': onDone(m); break;
+      case 'error': onError(m); break;
+      case 'step': onStep(m); break;
+      case 'pong': onPong(m); break;
+      default: break;   // newer servers may say more
+    }
+  }
+
+  function onHello(m) {
+    app.hello = m;
+    app.session = m.session || null;
+    app.retries = 0;
+    clearInterval(app.countdownTimer);
+    // A new session: rids and steps start over for this page.
+    for (const p of POLICIES) {
+      app.own[p].clear();
+      app.waiting[p].clear();
+      steps[p].length = 0;
+      views[p].reset();
+    }
+    el.body.dataset.session = app.session || '';
+    el.sessionId.textContent = app.session || '–';
+    el.serverName.textContent = m.server || 'inflight';
+    renderModel(m.model || {});
+    applyLimits(m);
+    updateBrief();
+    const policies = Array.isArray(m.policies) ? m.policies : POLICIES;
+    for (const input of document.querySelectorAll('input[name="model"]')) {
+      input.disabled = !policies.includes(input.value);
+    }
+    setConn('open', connectedText());
+    send({ type: 'subscribe', topic: 'steps' });
+    startPings();
+  }
+
+  function renderModel(model) {
+    const box = el.modelSummary;
+    box.textContent = '';
+    const chip = (value, unit, title, cls) => {
+      const s = document.createElement('span');
+      s.className = 'chip' + (cls ? ' ' + cls : '');
+      if (title) s.title = title;
+      const b = document.createElement('b');
+      b.textContent = value;
+      s.append(b);
+      if (unit) s.append(' ' + unit);
+      box.append(s);
+    };
+    const name = String(model.path || 'model').replace(/\/+$/, '').split('/').pop();
+    chip(name, '', model.path || '');
+    if (model.n_layer != null) chip(String(model.n_layer), 'layers');
+    if (model.n_head != null) chip(String(model.n_head), 'heads');
+    if (model.n_embd != null) chip(String(model.n_embd), 'wide');
+    if (model.n_ctx != null) chip(String(model.n_ctx), 'context');
+    if (model.weights) chip(String(model.weights), 'weights');
+    if (model.device) {
+      // the device line can be long ("cpu: 2 threads, own AVX-512 kernels ..."): its first clause
+      const dev = String(model.device);
+      chip(dev.split(', ')[0], '', 'Device: ' + dev, 'device');
+    }
+  }
+
+  function applyLimits(m) {
+    const lim = m.limits || {};
+    if (lim.max_tokens) el.maxTokens.max = String(lim.max_tokens);
+    const vocab = m.model && m.model.vocab_size;
+    if (vocab) el.topK.max = String(vocab);
+    const d = m.defaults || {};
+    const put = (input, v) => {
+      if (v == null) return;
+      input.placeholder = String(v);
+      if (!input.dataset.touched) input.value = String(v);
+    };
+    put(el.maxTokens, d.max_tokens);
+    put(el.temperature, d.temperature);
+    put(el.topK, d.top_k);
+    put(el.topP, d.top_p);
+    if (d.model && !document.querySelector('input[name="model"][data-touched]')) {
+      const r = document.querySelector(`input[name="model"][value="${d.model}"]`);
+      if (r) r.checked = true;
+    }
+  }
+
+  function onPong(m) {
+    const t = app.pingSent.get(m.id);
+    if (t != null) {
+      app.pingSent.delete(m.id);
+      app.rttMs = Date.now() - t;
+      if (el.body.dataset.conn === 'open') el.connText.textContent = connectedText();
+    }
+  }
+
+  function onStep(m) {
+    const arr = steps[m.model];
+    if (!arr) return;
+    arr.push(m);
+    if (arr.length > STEPS_KEPT * 1.2) arr.splice(0, arr.length - STEPS_KEPT);
+    const waiting = [];
+    for (const [rid, c] of app.waiting[m.model]) {
+      if (c.state === 'queued') waiting.push(rid);
+      else app.waiting[m.model].delete(rid);
+    }
+    views[m.model].push(m, waiting);
+  }
+
+  // ---------------------------------------------------------------- cards
+
+  const isFinal = (c) => c.state === 'done' || c.state === 'error';
+
+  function createCard(prompt, model, params) {
+    const id = 'c' + app.nextId++;
+    const frag = el.template.content.cloneNode(true);
+    const li = frag.querySelector('.card');
+    const card = {
+      id, prompt, model, params,
+      rid: null, state: 'queued', position: null, seed: null,
+      color: PALETTE[app.nextColor++ % PALETTE.length],
+      tokens: 0, text: '',
+      maxTokens: params.max_tokens || (app.hello && app.hello.defaults && app.hello.defaults.max_tokens) || 64,
+      sentAt: performance.now(), firstAt: null, lastAt: null,
+      timing: null, usage: null, finish: null,
+      el: li,
+      q: {},
+    };
+    for (const cls of ['card-id', 'card-model', 'card-rid', 'card-state', 'card-cancel', 'card-reuse',
+      'prompt', 'completion', 'card-error', 'progress', 'm-ttft', 'm-tps', 'm-tokens', 'm-queue',
+      'm-total', 'm-seed', 'metrics']) {
+      card.q[cls] = li.querySelector('.' + cls);
+    }
+    li.dataset.id = id;
+    li.dataset.model = model;
+    li.style.setProperty('--c', card.color);
+    card.q['card-id'].textContent = id;
+    card.q['card-model'].textContent = model;
+    card.q.prompt.textContent = prompt;
+    card.textNode = document.createTextNode('');
+    card.q.completion.append(card.textNode);
+    card.q['card-cancel'].addEventListener('click', () => cancelCard(card));
+    card.q['card-reuse'].addEventListener('click', () => {
+      el.prompt.value = card.prompt;
+      el.prompt.focus();
+      el.prompt.scrollIntoView({ block: 'nearest', behavior: 'smooth' });
+    });
+    app.cards.set(id, card);
+    el.cards.prepend(li);
+    updateCard(card);
+    updateCounts();
+    return card;
+  }
+
+  function setState(card, state) {
+    card.state = state;
+    card.el.dataset.state = state;
+  }
+
+  function stateText(card) {
+    switch (card.state) {
+      case 'queued':
+        return card.position == null ? 'sending…' : `queued · #${card.position}`;
+      case 'started': return 'reading prompt';
+      case 'streaming': return 'streaming';
+      case 'done':
+        return {
+          length: 'done · max tokens', eos: 'done · end of text', stop: 'done · stop string',
+          cancelled: 'cancelled',
+        }[card.finish] || 'done';
+      case 'error': return card.rid == null && card.el.dataset.errorCode !== 'disconnected' ? 'refused' : 'failed';
+      default: return card.state;
+    }
+  }
+
+  // The card's text fields; cheap enough for every frame but batched by requestAnimationFrame.
+  const dirtyCards = new Set();
+  let cardsRaf = 0;
+  function touch(card) {
+    dirtyCards.add(card);
+    if (!cardsRaf) {
+      cardsRaf = requestAnimationFrame(() => {
+        cardsRaf = 0;
+        for (const c of dirtyCards) updateCard(c);
+        dirtyCards.clear();
+      });
+    }
+  }
+
+  function updateCard(card) {
+    const q = card.q;
+    q['card-state'].textContent = stateText(card);
+    if (card.rid != null) {
+      q['card-rid'].hidden = false;
+      q['card-rid'].textContent = 'rid ' + card.rid;
+    }
+    const final = isFinal(card);
+    q['card-cancel'].hidden = final;
+    q['card-reuse'].hidden = !final;
+    q.progress.hidden = final;
+    q.metrics.hidden = card.state === 'error' && !card.tokens && !card.timing;
+    q.progress.firstElementChild.style.setProperty('--frac',
+      Math.min(1, card.tokens / Math.max(1, card.maxTokens)).toFixed(4));
+    const t = card.timing;
+    if (t) {
+      q['m-ttft'].textContent = fmtMs(t.ttft_ms);
+      q['m-tps'].textContent = fmtRate(t.tokens_per_s);
+      q['m-queue'].textContent = fmtMs(t.queue_ms);
+      q['m-total'].textContent = fmtMs(t.total_ms);
+      q['m-ttft'].title = q['m-tps'].title = 'measured on the server';
+    } else {
+      // Client-side estimates while streaming (they include the network).
+      if (card.firstAt != null) {
+        q['m-ttft'].textContent = '≈ ' + fmtMs(card.firstAt - card.sentAt);
+        q['m-ttft'].title = 'estimated in the page';
+      }
+      if (card.tokens >= 2 && card.lastAt > card.firstAt) {
+        q['m-tps'].textContent = '≈ ' + fmtRate((card.tokens - 1) * 1000 / (card.lastAt - card.firstAt));
+        q['m-tps'].title = 'estimated in the page';
+      }
+    }
+    const usage = card.usage;
+    q['m-tokens'].textContent = usage
+      ? `${usage.prompt_tokens} + ${usage.completion_tokens}`
+      : (card.tokens ? `${card.promptTokens != null ? card.promptTokens + ' + ' : ''}${card.tokens}` :
+        (card.promptTokens != null ? `${card.promptTokens} + 0` : '–'));
+    q['m-tokens'].title = 'prompt + completion tokens';
+    q['m-seed'].textContent = card.seed != null ? String(card.seed) : '–';
+  }
+
+  function updateCounts() {
+    let running = 0, finished = 0;
+    for (const c of app.cards.values()) (isFinal(c) ? finished++ : running++);
+    const total = running + finished;
+    el.cardsCount.textContent = total ? `${running} running · ${total} total` : '';
+    el.cardsEmpty.hidden = total > 0;
+    el.clearDone.disabled = finished === 0;
+  }
+
+  function failCard(card, code, message) {
+    setState(card, 'error');
+    card.el.dataset.errorCode = code;
+    card.q['card-error'].hidden = false;
+    card.q['card-error'].textContent = message + (code ? ` [${code}]` : '');
+    updateCard(card);
+    updateCounts();
+  }
+
+  function cancelCard(card) {
+    if (isFinal(card)) return;
+    if (!send({ type: 'cancel', id: card.id })) {
+      showBanner('Not connected: the request cannot be cancelled (a closed connection cancels it anyway).');
+      return;
+    }
+    card.q['card-cancel'].disabled = true;
+    card.q['card-cancel'].textContent = 'Cancelling…';
+  }
+
+  el.clearDone.addEventListener('click', () => {
+    for (const [id, c] of app.cards) {
+      if (isFinal(c)) {
+        c.el.remove();
+        app.cards.delete(id);
+      }
+    }
+    updateCounts();
+  });
+
+  function onQueued(m) {
+    const card = app.cards.get(m.id);
+    if (!card || isFinal(card)) return;
+    bindRid(card, m);
+    card.position = m.position;
+    touch(card);
+  }
+
+  function bindRid(card, m) {
+    if (m.model && app.own[m.model]) {
+      card.model = m.model;
+      card.el.dataset.model = m.model;
+      if (m.rid != null) {
+        card.rid = m.rid;
+        card.el.dataset.rid = String(m.rid);
+        app.own[m.model].set(m.rid, card);
+        if (card.state === 'queued') app.waiting[m.model].set(m.rid, card);
+      }
+    }
+  }
+
+  function onStarted(m) {
+    const card = app.cards.get(m.id);
+    if (!card || isFinal(card)) return;
+    bindRid(card, m);
+    card.position = null;
+    card.promptTokens = m.prompt_tokens;
+    card.seed = m.seed;
+    if (card.state === 'queued') setState(card, 'started');
+    touch(card);
+  }
+
+  function onToken(m) {
+    const card = app.cards.get(m.id);
+    if (!card || isFinal(card)) return;
+    const now = performance.now();
+    if (card.firstAt == null) card.firstAt = now;
+    card.lastAt = now;
+    card.tokens = (typeof m.index === 'number' ? m.index : card.tokens) + 1;
+    if (m.text) {
+      card.text += m.text;
+      card.textNode.appendData(m.text);
+    }
+    if (card.state !== 'streaming') setState(card, 'streaming');
+    touch(card);
+  }
+
+  function onDone(m) {
+    const card = app.cards.get(m.id);
+    if (!card || isFinal(card)) return;
+    card.finish = m.finish_reason || 'unknown';
+    card.timing = m.timing || null;
+    card.usage = m.usage || null;
+    card.el.dataset.finish = card.finish;
+    if (card.finish === 'error') {
+      failCard(card, 'engine', m.message || 'The engine failed on this request.');
+      return;
+    }
+    setState(card, 'done');
+    updateCard(card);
+    updateCounts();
+  }
+
+  function onError(m) {
+    const text = m.message || 'unknown error';
+    const card = m.id != null ? app.cards.get(m.id) : null;
+    if (card) {
+      if (isFinal(card)) return;   // e.g. a cancel that crossed the request's done
+      if (m.code === 'unknown_id' && card.state !== 'queued') {
+        // the cancel came too late: the request is finishing anyway
+        card.q['card-cancel'].textContent = 'Cancel';
+        card.q['card-cancel'].disabled = false;
+        return;
+      }
+      failCard(card, m.code || '', text);
+      return;
+    }
+    showBanner(`Server error${m.code ? ' (' + m.code + ')' : ''}: ${text}`);
+  }
+
+  // ---------------------------------------------------------------- controls and validation
+
+  function limits() {
+    return Object.assign({}, FALLBACK.limits, (app.hello && app.hello.limits) || {});
+  }
+
+  function setFieldError(input, msg) {
+    const err = document.getElementById(input.id + '-err');
+    if (err) err.textContent = msg || '';
+    if (msg) input.setAttribute('aria-invalid', 'true');
+    else input.removeAttribute('aria-invalid');
+    return !msg;
+  }
+
+  // Each reader returns {value} (undefined: leave it to the server's default) or {error}.
+  function readInt(input, name, lo, hi) {
+    const s = input.value.trim();
+    if (input.validity && input.validity.badInput) return { error: `${name} must be a whole number.` };
+    if (s === '') return { value: undefined };
+    if (!/^\d+$/.test(s)) return { error: `${name} must be a whole number from ${lo} to ${hi}.` };
+    const v = Number(s);
+    if (!Number.isSafeInteger(v) || v < lo || v > hi) return { error: `${name} must be between ${lo} and ${hi}.` };
+    return { value: v };
+  }
+
+  function readNum(input, name, lo, hi, loOpen) {
+    const s = input.value.trim();
+    if (input.validity && input.validity.badInput) return { error: `${name} must be a number.` };
+    if (s === '') return { value: undefined };
+    if (!/^(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$/i.test(s)) return { error: `${name} must be a number from ${lo} to ${hi}.` };
+    const v = Number(s);
+    if (!(loOpen ? v > lo : v >= lo) || v > hi) {
+      return { error: loOpen ? `${name} must be more than ${lo} and at most ${hi}.` : `${name} must be between ${lo} and ${hi}.` };
+    }
+    return { value: v };
+  }
+
+  // Stop strings: split at newlines and commas; `\n`, `\t`, `\,` and `\\` are escapes; spaces
+  // around each one are trimmed (escaped characters are kept).
+  function parseStops(s) {
+    const out = [];
+    let cur = [];
+    const flush = () => {
+      let a = 0, b = cur.length;
+      while (a < b && !cur[a].esc && /\s/.test(cur[a].ch)) a++;
+      while (b > a && !cur[b - 1].esc && /\s/.test(cur[b - 1].ch)) b--;
+      const str = cur.slice(a, b).map((c) => c.ch).join('');
+      if (str) out.push(str);
+      cur = [];
+    };
+    for (let i = 0; i < s.length; i++) {
+      const ch = s[i];
+      if (ch === '\\' && i + 1 < s.length) {
+        const n = s[++i];
+        cur.push({ ch: n === 'n' ? '\n' : n === 't' ? '\t' : n, esc: true });
+      } else if (ch === ',' || ch === '\n') {
+        flush();
+      } else {
+        cur.push({ ch, esc: false });
+      }
+    }
+    flush();
+    return out;
+  }
+
+  function readStops() {
+    const lim = limits();
+    const list = parseStops(el.stop.value);
+    if (list.length > lim.max_stop) {
+      return { error: `At most ${lim.max_stop} stop strings (found ${list.length}).` };
+    }
+    for (const s of list) {
+      if (byteLength(s) > lim.max_stop_bytes) {
+        return { error: `Stop string “${s.length > 20 ? s.slice(0, 20) + '…' : s}” is longer than ${lim.max_stop_bytes} bytes.` };
+      }
+    }
+    return { value: list };
+  }
+
+  const fieldReaders = {
+    'max-tokens': () => readInt(el.maxTokens, 'Max tokens', 1, limits().max_tokens),
+    temperature: () => readNum(el.temperature, 'Temperature', 0, 2),
+    'top-k': () => readInt(el.topK, 'Top-k', 0, (app.hello && app.hello.model && app.hello.model.vocab_size) || FALLBACK.vocab),
+    'top-p': () => readNum(el.topP, 'Top-p', 0, 1, true),
+    seed: () => readInt(el.seed, 'Seed', 0, Number.MAX_SAFE_INTEGER),
+    stop: readStops,
+  };
+
+  function validateField(id) {
+    const r = fieldReaders[id]();
+    setFieldError(document.getElementById(id), r.error);
+    return r;
+  }
+
+  for (const id of Object.keys(fieldReaders)) {
+    const input = document.getElementById(id);
+    input.addEventListener('change', () => { input.dataset.touched = '1'; validateField(id); });
+    input.addEventListener('input', () => {
+      input.dataset.touched = '1';
+      if (input.getAttribute('aria-invalid') && !fieldReaders[id]().error) setFieldError(input, '');
+    });
+  }
+  for (const r of document.querySelectorAll('input[name="model"]')) {
+    r.addEventListener('change', () => { r.dataset.touched = '1'; });
+  }
+
+  // The parameters of a generate message, or null (with the messages shown) if one is invalid.
+  function readParams() {
+    const params = {};
+    let firstBad = null;
+    const names = { 'max-tokens': 'max_tokens', temperature: 'temperature', 'top-k': 'top_k', 'top-p': 'top_p', seed: 'seed', stop: 'stop' };
+    for (const id of Object.keys(fieldReaders)) {
+      const r = validateField(id);
+      if (r.error) {
+        if (!firstBad) firstBad = document.getElementById(id);
+      } else if (r.value !== undefined && !(Array.isArray(r.value) && r.value.length === 0)) {
+        params[names[id]] = r.value;
+      }
+    }
+    if (firstBad) {
+      el.formErr.textContent = 'Please fix the highlighted parameter.';
+      const details = $('#params');
+      if (details && !details.open) details.open = true;
+      firstBad.focus();
+      return null;
+    }
+    params.ignore_eos = el.ignoreEos.checked;
+    el.formErr.textContent = '';
+    return params;
+  }
+
+  function currentPolicy() {
+    const r = document.querySelector('input[name="model"]:checked');
+    return r ? r.value : 'iterative';
+  }
+
+  function submit(prompt, model, params) {
+    const card = createCard(prompt, model, params);
+    const msg = Object.assign({ type: 'generate', id: card.id, prompt, model }, params);
+    const text = JSON.stringify(msg);
+    if (byteLength(text) > limits().max_message_bytes) {
+      failCard(card, 'too_large', `The prompt is too long: the message would be ${byteLength(text)} bytes, ` +
+        `the server takes at most ${limits().max_message_bytes}.`);
+      return card;
+    }
+    if (!app.ws || app.ws.readyState !== WebSocket.OPEN || !app.hello) {
+      failCard(card, 'disconnected', 'Not connected to the server; nothing was sent.');
+      return card;
+    }
+    card.sentAt = performance.now();
+    app.ws.send(text);
+    return card;
+  }
+
+  function onSend(ev) {
+    if (ev) ev.preventDefault();
+    const prompt = el.prompt.value;
+    let ok = true;
+    if (prompt.trim() === '') {
+      setFieldError(el.prompt, 'Write a prompt first.');
+      ok = false;
+    } else {
+      setFieldError(el.prompt, '');
+    }
+    const params = readParams();
+    if (!ok) {
+      if (params) el.formErr.textContent = '';
+      el.prompt.focus();
+      return;
+    }
+    if (!params) return;
+    if (!app.hello) {
+      el.formErr.textContent = 'Not connected to the server yet.';
+      return;
+    }
+    submit(prompt, currentPolicy(), params);
+    el.prompt.value = '';
+    el.prompt.focus();
+  }
+
+  el.form.addEventListener('submit', onSend);
+  el.prompt.addEventListener('keydown', (e) => {
+    if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
+      e.preventDefault();
+      onSend();
+    }
+  });
+  el.prompt.addEventListener('input', () => {
+    if (el.prompt.getAttribute('aria-invalid') && el.prompt.value.trim()) setFieldError(el.prompt, '');
+  });
+
+  el.demo.addEventListener('click', () => {
+    const params = readParams();
+    if (!params || !app.hello) return;
+    const model = currentPolicy();
+    submit(DEMO_PROMPTS[0], model, params);
+    setTimeout(() => submit(DEMO_PROMPTS[1], model, Object.assign({}, params)), DEMO_GAP_MS);
+  });
+
+  // The parameters in one line next to their (collapsible) heading.
+  const brief = $('#params-brief');
+  function updateBrief() {
+    const v = (input) => input.value.trim() || input.placeholder || '–';
+    const parts = [`${v(el.maxTokens)} tokens`, `T ${v(el.temperature)}`, `top-k ${v(el.topK)}`, `top-p ${v(el.topP)}`];
+    if (el.seed.value.trim()) parts.push(`seed ${el.seed.value.trim()}`);
+    const nStop = parseStops(el.stop.value).length;
+    if (nStop) parts.push(`${nStop} stop${nStop > 1 ? 's' : ''}`);
+    if (el.ignoreEos.checked) parts.push('ignore EOS');
+    brief.textContent = '· ' + parts.join(' · ');
+  }
+  el.form.addEventListener('input', updateBrief);
+  el.form.addEventListener('change', updateBrief);
+  const paramsBox = $('#params');
+  if (window.matchMedia('(max-width: 720px)').matches) paramsBox.open = false;
+
+  // ---------------------------------------------------------------- start
+
+  updateCounts();
+  updateBrief();
+  connect();
+})();
