@@ -2,8 +2,8 @@
 # test.sh: sets up a fresh Debian 12 machine (scripts/setup.sh), builds, and runs every test:
 #   1. the Release build and the whole CTest suite;
 #   2. an ASan/UBSan build and the suite again (except the benchmarks-sized tests);
-#   3. ThreadSanitizer over the batcher and the multi-threaded kernels (built without OpenBLAS,
-#      which is not instrumented);
+#   3. ThreadSanitizer over the batcher, the thread pool and kernels, and the server under load
+#      (built without OpenBLAS, which is not instrumented);
 #   4. valgrind memcheck over the model-loading, tokenizer and forward-pass tests.
 # Ends with CTest's summary line of the last stage. Exit status: 0 only if every stage passed.
 set -euo pipefail
@@ -23,7 +23,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 echo "== ThreadSanitizer build and threaded tests"
 scripts/build.sh build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DINFLIGHT_TSAN=ON -DINFLIGHT_BLAS=OFF
 IFL_TEST_QUICK=1 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-  ctest --test-dir build-tsan --output-on-failure -j "$jobs" -R 'test_batcher|test_batched|test_matmul'
+  ctest --test-dir build-tsan --output-on-failure -j "$jobs" -R 'test_batcher|test_batched|test_matmul|test_threadpool|test_client|integration_load|integration_cancel_close'
 
 echo "== valgrind memcheck"
 scripts/build.sh build-valgrind -DCMAKE_BUILD_TYPE=Debug -DINFLIGHT_NATIVE=OFF

@@ -46,6 +46,14 @@ void metrics_init(metrics *m)
         metrics_hist_init(&m->batch[p], LE_BATCH, N_OF(LE_BATCH));
         metrics_hist_init(&m->step_s[p], LE_STEP, N_OF(LE_STEP));
     }
+    /* every documented code from the start, so no series appears or vanishes later */
+    static const char *const codes[] = {
+        "invalid_json",  "invalid_message", "missing_field",   "wrong_type",        "unknown_type",
+        "unknown_field", "out_of_range",    "empty_prompt",    "prompt_too_long",   "unknown_model",
+        "unknown_topic", "duplicate_id",    "unknown_id",      "too_many_requests", "queue_full",
+        "binary_frame",  "shutting_down",   "invalid_request", "out_of_memory"};
+    for (size_t i = 0; i < sizeof codes / sizeof codes[0] && i < METRICS_MAX_CODES; i++)
+        m->code[m->n_codes++] = codes[i];
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     m->start_time_s = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
@@ -117,8 +125,6 @@ void metrics_render(const metrics *m, const metrics_live *live, strbuf *sb)
                       (unsigned long long)m->requests[p][f]);
     family(sb, "inflight_errors_total", "counter",
            "Error frames sent to clients (refused requests and bad messages), by code.");
-    if (!m->n_codes)
-        sb_puts(sb, "inflight_errors_total{code=\"queue_full\"} 0\n");
     for (int i = 0; i < m->n_codes; i++)
         sb_printf(sb, "inflight_errors_total{code=\"%s\"} %llu\n", m->code[i],
                   (unsigned long long)m->code_count[i]);
@@ -138,9 +144,9 @@ void metrics_render(const metrics *m, const metrics_live *live, strbuf *sb)
     hist_family(sb, "inflight_step_duration_seconds", "Wall time of each scheduler step.",
                 m->step_s);
 
-    static const char *const gauge_names[4] = {
-        "inflight_requests_running", "inflight_requests_waiting", "inflight_kv_blocks_used",
-        "inflight_kv_blocks_total"};
+    static const char *const gauge_names[4] = {"inflight_requests_running",
+                                               "inflight_requests_waiting",
+                                               "inflight_kv_blocks_used", "inflight_kv_blocks"};
     static const char *const gauge_help[4] = {
         "Requests admitted and generating.", "Requests queued for admission.",
         "KV cache blocks reserved by running requests.", "KV cache blocks in the pool."};

@@ -28,7 +28,7 @@ void metrics_hist_init(metrics_hist *h, const double *le, int n);
 void metrics_hist_observe(metrics_hist *h, double v);
 
 /* Error codes counted on /metrics (requests refused and protocol errors). */
-#define METRICS_MAX_CODES 24
+#define METRICS_MAX_CODES 32
 
 typedef struct {
     /* per policy */

@@ -81,7 +81,7 @@ static int want_int(const cJSON *v, const char *field, double lo, double hi, dou
         return -1;
     }
     if (d < lo || d > hi) {
-        proto_error_set(err, "out_of_range", "field '%s' is %.0f: must be between %.0f and %.0f",
+        proto_error_set(err, "out_of_range", "field '%s' is %.6g: must be between %.0f and %.0f",
                         field, d, lo, hi);
         return -1;
     }
@@ -236,6 +236,27 @@ static int parse_generate(const cJSON *root, const proto_limits *lim, proto_msg 
     return 0;
 }
 
+/* Offset of a \u0000 escape inside a JSON string of the text, or -1. cJSON hands strings over
+ * NUL-terminated, so a U+0000 would silently cut a prompt, an id or a stop string: refused. */
+static long find_nul_escape(const char *t, size_t n)
+{
+    int in_str = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!in_str) {
+            in_str = t[i] == '"';
+            continue;
+        }
+        if (t[i] == '"') {
+            in_str = 0;
+        } else if (t[i] == '\\' && i + 1 < n) {
+            if (t[i + 1] == 'u' && i + 5 < n && !memcmp(t + i + 2, "0000", 4))
+                return (long)i;
+            i++; /* the escaped character (\uXXXX's digits are plain characters) */
+        }
+    }
+    return -1;
+}
+
 int proto_parse(const char *text, size_t len, const proto_limits *lim, proto_msg *m,
                 proto_error *err)
 {
@@ -276,6 +297,13 @@ int proto_parse(const char *text, size_t len, const proto_limits *lim, proto_msg
             memcpy(err->id, id->valuestring, n + 1);
             err->has_id = 1;
         }
+    }
+    long nul = find_nul_escape(text, len);
+    if (nul >= 0) {
+        proto_error_set(err, "invalid_message",
+                        "a string holds the character U+0000 (\\u0000 at byte %ld): not allowed",
+                        nul);
+        goto out;
     }
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(root, "type");
     if (!type) {

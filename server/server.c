@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -39,6 +40,7 @@
 #define HTTP_MAX_FILE (8u << 20)
 #define HTTP_CHUNK 16384
 #define CLOSE_TRY_AGAIN_LATER 1013
+#define SOCKET_SNDBUF 65536
 
 void ifl_server_opts_default(ifl_server_opts *o)
 {
@@ -1004,6 +1006,14 @@ static int srv_callback(struct lws *wsi, enum lws_callback_reasons reason, void 
             c->http_body = NULL;
         }
         return 0;
+    case LWS_CALLBACK_FILTER_NETWORK_CONNECTION: {
+        /* A small kernel send buffer (Linux doubles it): a reader that stops is noticed after
+         * this plus --max-outbox bytes, not after the megabytes autotuning would allow. */
+        int fd = (int)(intptr_t)in, sz = SOCKET_SNDBUF;
+        if (setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz))
+            fprintf(stderr, "inflight: setsockopt(SO_SNDBUF): %s\n", strerror(errno));
+        return 0;
+    }
     case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION: {
         char uri[64];
         if (lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI) < 0 || strcmp(uri, "/ws"))

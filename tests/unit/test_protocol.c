@@ -112,6 +112,10 @@ int main(void)
     snprintf(json, sizeof json,
              "{\"type\":\"generate\",\"id\":\"a\",\"prompt\":\"x\",\"stop\":[\"%s\"]}", long_stop);
     expect_error(json, "out_of_range", "a");
+    expect_error("{\"type\":\"generate\",\"id\":\"a\",\"prompt\":\"x\\u0000y\"}", "invalid_message",
+                 "a");
+    expect_error("{\"type\":\"generate\",\"id\":\"a\",\"prompt\":\"x\",\"stop\":[\"\\u0000\"]}",
+                 "invalid_message", "a");
     expect_error("{\"type\":\"cancel\"}", "missing_field", NULL);
     expect_error("{\"type\":\"cancel\",\"id\":\"a\",\"prompt\":\"x\"}", "unknown_field", "a");
     expect_error("{\"type\":\"subscribe\"}", "missing_field", NULL);
