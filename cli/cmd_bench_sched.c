@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "batcher.h"
+#include "bench_report.h"
 #include "cli.h"
 #include "rng.h"
 #include "threadpool.h"
@@ -95,20 +96,6 @@ static void on_event(void *ud, const ifl_event *ev)
     pthread_mutex_unlock(&bs->lock);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double pct(const double *sorted, size_t n, double p)
-{
-    if (!n)
-        return 0;
-    size_t i = (size_t)ceil(p / 100.0 * (double)n);
-    return sorted[i ? i - 1 : 0];
-}
-
 static void sleep_until_us(uint64_t t)
 {
     for (;;) {
@@ -121,14 +108,6 @@ static void sleep_until_us(uint64_t t)
         nanosleep(&ts, NULL);
     }
 }
-
-typedef struct {
-    double throughput, ttft_mean, ttft_p50, ttft_p90, ttft_p99, itl_p50, itl_p90, itl_p99,
-        last_mean;
-    double wall_s;
-    int64_t tokens;
-    int32_t requests, failed;
-} bench_result;
 
 typedef struct {
     int32_t concurrency, rounds, n_open;
@@ -195,6 +174,11 @@ static int run_profile(ifl_batcher *b, bench_state *bs, const bench_cfg *cfg, be
     }
     uint64_t t1 = 0;
     double *ttft = malloc((size_t)total * sizeof *ttft);
+    if (!ttft) {
+        free(bs->r);
+        bs->r = NULL;
+        return -1;
+    }
     double last_sum = 0;
     int64_t tokens = 0;
     int32_t ok = 0;
@@ -207,43 +191,19 @@ static int run_profile(ifl_batcher *b, bench_state *bs, const bench_cfg *cfg, be
         tokens += r->tokens;
         t1 = r->t_done > t1 ? r->t_done : t1;
     }
-    qsort(ttft, (size_t)ok, sizeof *ttft, cmp_double);
-    qsort(bs->itl, bs->n_itl, sizeof *bs->itl, cmp_double);
     memset(res, 0, sizeof *res);
     res->requests = total;
     res->failed = failed;
     res->tokens = tokens;
     res->wall_s = (double)(t1 - t0) / 1e6;
     res->throughput = res->wall_s > 0 ? (double)tokens / res->wall_s : 0;
-    double s = 0;
-    for (int32_t i = 0; i < ok; i++)
-        s += ttft[i];
-    res->ttft_mean = ok ? s / ok : 0;
-    res->ttft_p50 = pct(ttft, (size_t)ok, 50);
-    res->ttft_p90 = pct(ttft, (size_t)ok, 90);
-    res->ttft_p99 = pct(ttft, (size_t)ok, 99);
-    res->itl_p50 = pct(bs->itl, bs->n_itl, 50);
-    res->itl_p90 = pct(bs->itl, bs->n_itl, 90);
-    res->itl_p99 = pct(bs->itl, bs->n_itl, 99);
+    bench_ttft(res, ttft, (size_t)ok);
+    bench_itl(res, bs->itl, bs->n_itl);
     res->last_mean = ok ? last_sum / ok : 0;
     free(ttft);
     free(bs->r);
     bs->r = NULL;
     return 0;
-}
-
-static void print_result(const char *policy, const bench_result *r)
-{
-    printf("%s:\n", policy);
-    printf("  response throughput   : %8.1f tokens/s (%lld tokens in %.2f s, %d requests%s)\n",
-           r->throughput, (long long)r->tokens, r->wall_s, r->requests,
-           r->failed ? ", some refused" : "");
-    printf("  time to first token   : mean %7.1f ms   p50 %7.1f   p90 %7.1f   p99 %7.1f ms\n",
-           r->ttft_mean, r->ttft_p50, r->ttft_p90, r->ttft_p99);
-    printf("  inter-token latency   :                   p50 %7.1f   p90 %7.1f   p99 %7.1f ms\n",
-           r->itl_p50, r->itl_p90, r->itl_p99);
-    printf("  time to last response : mean %7.3f s\n", r->last_mean);
-    fflush(stdout);
 }
 
 int cmd_bench_scheduler(int argc, char **argv)
@@ -429,13 +389,10 @@ int cmd_bench_scheduler(int argc, char **argv)
             fprintf(stderr, "inflight bench: out of memory\n");
             goto out;
         }
-        print_result(ifl_policy_name(pols[k]), &res[k]);
+        bench_result_print(ifl_policy_name(pols[k]), &res[k]);
     }
-    if (n_pols == 2 && res[1].ttft_p90 > 0 && res[1].last_mean > 0)
-        printf("iterative vs static: p90 time to first token %.2fx, mean time to last response "
-               "%.2fx, throughput %.2fx\n",
-               res[0].ttft_p90 / res[1].ttft_p90, res[0].last_mean / res[1].last_mean,
-               res[1].throughput > 0 ? res[0].throughput / res[1].throughput : 0);
+    if (n_pols == 2)
+        bench_compare_print(&res[0], &res[1]);
     rc = 0;
 out:
     free(bs.itl);

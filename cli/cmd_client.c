@@ -20,6 +20,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include "bench_report.h"
 #include "cli.h"
 #include "rng.h"
 #include "strbuf.h"
@@ -552,35 +553,14 @@ static const struct lws_protocols client_protocols[] = {
 
 /* ---- results ------------------------------------------------------------------------------ */
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double pct(const double *sorted, size_t n, double p)
-{
-    if (!n)
-        return 0;
-    size_t i = (size_t)ceil(p / 100.0 * (double)n);
-    return sorted[i ? i - 1 : 0];
-}
-
-typedef struct {
-    double throughput, ttft_p50, ttft_p90, ttft_p99, ttft_mean, itl_p50, itl_p90, itl_p99,
-        last_mean, wall_s;
-    int64_t tokens;
-    int32_t failed;
-} bench_out;
-
-static void summarize(client *cl, bench_out *o)
+static void summarize(client *cl, bench_result *o)
 {
     memset(o, 0, sizeof *o);
     int32_t total = total_requests(cl);
     double *ttft = malloc((size_t)total * sizeof *ttft);
     uint64_t t0 = UINT64_MAX, t1 = 0;
     int32_t ok = 0;
-    double last_sum = 0, ttft_sum = 0;
+    double last_sum = 0;
     for (int32_t i = 0; i < total && i < cl->n_reqs; i++) {
         creq *r = &cl->reqs[i];
         if (r->failed || !r->done || !r->tokens) {
@@ -589,42 +569,19 @@ static void summarize(client *cl, bench_out *o)
         }
         if (ttft)
             ttft[ok] = (double)(r->t_first - r->t_send) / 1e3;
-        ttft_sum += (double)(r->t_first - r->t_send) / 1e3;
         ok++;
         last_sum += (double)(r->t_done - r->t_send) / 1e6;
         o->tokens += r->tokens;
         t0 = r->t_send < t0 ? r->t_send : t0;
         t1 = r->t_done > t1 ? r->t_done : t1;
     }
-    if (ttft) {
-        qsort(ttft, (size_t)ok, sizeof *ttft, cmp_double);
-        o->ttft_p50 = pct(ttft, (size_t)ok, 50);
-        o->ttft_p90 = pct(ttft, (size_t)ok, 90);
-        o->ttft_p99 = pct(ttft, (size_t)ok, 99);
-    }
+    if (ttft)
+        bench_ttft(o, ttft, (size_t)ok);
     free(ttft);
-    qsort(cl->itl, cl->n_itl, sizeof *cl->itl, cmp_double);
-    o->itl_p50 = pct(cl->itl, cl->n_itl, 50);
-    o->itl_p90 = pct(cl->itl, cl->n_itl, 90);
-    o->itl_p99 = pct(cl->itl, cl->n_itl, 99);
-    o->ttft_mean = ok ? ttft_sum / ok : 0;
+    bench_itl(o, cl->itl, cl->n_itl);
     o->last_mean = ok ? last_sum / ok : 0;
     o->wall_s = t1 > t0 ? (double)(t1 - t0) / 1e6 : 0;
     o->throughput = o->wall_s > 0 ? (double)o->tokens / o->wall_s : 0;
-}
-
-static void print_out(const char *policy, const bench_out *r, int32_t requests)
-{
-    printf("%s:\n", policy);
-    printf("  response throughput   : %8.1f tokens/s (%lld tokens in %.2f s, %d requests%s)\n",
-           r->throughput, (long long)r->tokens, r->wall_s, requests,
-           r->failed ? ", some failed" : "");
-    printf("  time to first token   : mean %7.1f ms   p50 %7.1f   p90 %7.1f   p99 %7.1f ms\n",
-           r->ttft_mean, r->ttft_p50, r->ttft_p90, r->ttft_p99);
-    printf("  inter-token latency   :                   p50 %7.1f   p90 %7.1f   p99 %7.1f ms\n",
-           r->itl_p50, r->itl_p90, r->itl_p99);
-    printf("  time to last response : mean %7.3f s\n", r->last_mean);
-    fflush(stdout);
 }
 
 /* One run: connect, send the schedule, wait for every done, close. */
@@ -833,7 +790,7 @@ int cmd_client(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
 
     int rc = 0;
-    bench_out res[2];
+    bench_result res[2];
     if (cl.bench) {
         printf("inflight client --bench: %s; prompt \"%s\", max_tokens %d%s, %d connection(s)\n",
                url, cl.prompt, cl.max_tokens, cl.ignore_eos ? " (ignore_eos)" : "", cl.n_conns);
@@ -850,7 +807,8 @@ int cmd_client(int argc, char **argv)
         rc = run_once(&cl);
         if (cl.bench && rc == 0) {
             summarize(&cl, &res[k]);
-            print_out(cl.policy, &res[k], total_requests(&cl));
+            res[k].requests = total_requests(&cl);
+            bench_result_print(cl.policy, &res[k]);
         }
         for (int32_t i = 0; i < cl.n_reqs; i++)
             sb_free(&cl.reqs[i].text);
@@ -858,11 +816,8 @@ int cmd_client(int argc, char **argv)
         cl.reqs = NULL;
         cl.n_reqs = 0;
     }
-    if (cl.bench && rc == 0 && n_pol == 2 && res[1].ttft_p90 > 0 && res[1].last_mean > 0)
-        printf("iterative vs static: p90 time to first token %.2fx, mean time to last response "
-               "%.2fx, throughput %.2fx\n",
-               res[0].ttft_p90 / res[1].ttft_p90, res[0].last_mean / res[1].last_mean,
-               res[1].throughput > 0 ? res[0].throughput / res[1].throughput : 0);
+    if (cl.bench && rc == 0 && n_pol == 2)
+        bench_compare_print(&res[0], &res[1]);
     free(cl.itl);
     free(cl.url_buf);
     g_cl = NULL;
