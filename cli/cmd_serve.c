@@ -41,9 +41,17 @@ static const char *const HELP =
     "  --temperature X         default temperature (default 0.8)\n"
     "  --top-k N               default top_k (default 40)\n"
     "  --top-p X               default top_p (default 0.95)\n"
-    "  --db PATH               SQLite log of sessions and requests (arrives with the database "
-    "work;\n"
-    "                          accepted and reported, nothing is written yet)\n"
+    "  --db PATH               log sessions, requests, token timings and sampled steps to this\n"
+    "                          SQLite file (created and migrated at start; see inflight db)\n"
+    "  --db-flush-ms N         write the log every N ms (default 200)\n"
+    "  --db-queue N            records waiting for the writer, at most (default 100000; more are\n"
+    "                          dropped and counted on /metrics)\n"
+    "  --retain-days X         delete logged requests older than X days (default: keep)\n"
+    "  --retain-requests N     keep only the newest N logged requests (default: keep)\n"
+    "  --history MODE          own (default: a user key sees its own requests), all (everyone's),\n"
+    "                          off: GET /api/history and the history page\n"
+    "  --grace SECONDS         on SIGTERM/SIGINT, how long requests in flight may finish before\n"
+    "                          they are cancelled (default 10)\n"
     "  --no-request-log        no line per request on stderr\n"
     "  --quiet                 print only errors\n";
 
@@ -71,6 +79,12 @@ int cmd_serve(int argc, char **argv)
         {"top-k", required_argument, 0, 'K'},
         {"top-p", required_argument, 0, 'P'},
         {"db", required_argument, 0, 'D'},
+        {"db-flush-ms", required_argument, 0, 'F'},
+        {"db-queue", required_argument, 0, 'U'},
+        {"retain-days", required_argument, 0, 'A'},
+        {"retain-requests", required_argument, 0, 'R'},
+        {"history", required_argument, 0, 'Y'},
+        {"grace", required_argument, 0, 'G'},
         {"no-request-log", no_argument, 0, 'L'},
         {"quiet", no_argument, 0, 'Q'},
         {"help", no_argument, 0, 'h'},
@@ -79,7 +93,6 @@ int cmd_serve(int argc, char **argv)
     const char *cmd = "serve";
     ifl_server_opts o;
     ifl_server_opts_default(&o);
-    const char *db = NULL;
     int32_t port = o.port;
     optind = 1;
     opterr = 0;
@@ -155,7 +168,37 @@ int cmd_serve(int argc, char **argv)
             if (cli_f64(cmd, "--top-p", optarg, 1e-6, 1, &o.default_top_p))
                 return 2;
             break;
-        case 'D': db = optarg; break;
+        case 'D': o.db_path = optarg; break;
+        case 'F':
+            if (cli_i32(cmd, "--db-flush-ms", optarg, 1, 60000, &o.db_flush_ms))
+                return 2;
+            break;
+        case 'U':
+            if (cli_i32(cmd, "--db-queue", optarg, 1, 100000000, &o.db_queue))
+                return 2;
+            break;
+        case 'A':
+            if (cli_f64(cmd, "--retain-days", optarg, 1e-6, 1e6, &o.retain_days))
+                return 2;
+            break;
+        case 'R': {
+            uint64_t v;
+            if (cli_u64(cmd, "--retain-requests", optarg, &v))
+                return 2;
+            if (v < 1 || v > (uint64_t)INT64_MAX)
+                return cli_usage_error(cmd, "--retain-requests must be at least 1");
+            o.retain_requests = (int64_t)v;
+            break;
+        }
+        case 'Y':
+            if (strcmp(optarg, "own") && strcmp(optarg, "all") && strcmp(optarg, "off"))
+                return cli_usage_error(cmd, "--history must be own, all or off");
+            o.history = optarg;
+            break;
+        case 'G':
+            if (cli_f64(cmd, "--grace", optarg, 0, 86400, &o.grace_s))
+                return 2;
+            break;
         case 'L': o.log_requests = 0; break;
         case 'Q': o.quiet = 1; break;
         case 'h': fputs(HELP, stdout); return 0;
@@ -170,10 +213,5 @@ int cmd_serve(int argc, char **argv)
     o.port = port;
     if (!o.web_dir)
         o.web_dir = INFLIGHT_DEFAULT_WEB_DIR;
-    if (db && !o.quiet)
-        fprintf(stderr,
-                "inflight serve: --db %s: the SQLite log is not implemented yet; "
-                "nothing will be written\n",
-                db);
     return ifl_server_run(&o);
 }

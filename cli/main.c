@@ -14,6 +14,7 @@ static void usage(FILE *f)
                "  make-model   write a random GPT-2 in the Hugging Face layout\n"
                "  serve        the chat page and WebSocket API in front of both batchers\n"
                "  client       the terminal demo and the benchmark against a running server\n"
+               "  db           the request log's schema: migrate, status\n"
                "  bench        measure the scheduler in-process (or the engine: --engine)\n"
                "  version      print the version\n"
                "\n"
@@ -31,8 +32,13 @@ int main(int argc, char **argv)
         const char *name;
         int (*fn)(int, char **);
     } cmds[] = {
-        {"generate", cmd_generate}, {"tokenize", cmd_tokenize}, {"make-model", cmd_make_model},
-        {"bench", cmd_bench},       {"serve", cmd_serve},       {"client", cmd_client},
+        {"generate", cmd_generate},
+        {"tokenize", cmd_tokenize},
+        {"make-model", cmd_make_model},
+        {"bench", cmd_bench},
+        {"serve", cmd_serve},
+        {"client", cmd_client},
+        {"db", cmd_db},
     };
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (!strcmp(cmd, cmds[i].name))

@@ -190,4 +190,32 @@ void metrics_render(const metrics *m, const metrics_live *live, strbuf *sb)
            (double)m->http_requests);
     scalar(sb, "inflight_start_time_seconds", "gauge", "Unix time the server started.",
            m->start_time_s);
+
+    const ifl_dblog_stats *d = &live->db;
+    scalar(sb, "inflight_db_enabled", "gauge", "1 if the server keeps a request log (--db).",
+           live->db_enabled);
+    scalar(sb, "inflight_db_up", "gauge",
+           "1 while the request log is open and its last write succeeded.",
+           live->db_enabled && d->up);
+    family(sb, "inflight_db_records_written_total", "counter",
+           "Records committed to the request log, by kind.");
+    static const char *const kinds[4] = {"session_open", "session_close", "request", "step"};
+    for (int k = 0; k < 4; k++)
+        sb_printf(sb, "inflight_db_records_written_total{kind=\"%s\"} %llu\n", kinds[k],
+                  (unsigned long long)d->written[k]);
+    family(sb, "inflight_db_records_dropped_total", "counter",
+           "Records the request log lost: its queue was full, or the database refused them.");
+    sb_printf(sb, "inflight_db_records_dropped_total{reason=\"queue_full\"} %llu\n",
+              (unsigned long long)d->dropped_full);
+    sb_printf(sb, "inflight_db_records_dropped_total{reason=\"rejected\"} %llu\n",
+              (unsigned long long)d->dropped_rejected);
+    scalar(sb, "inflight_db_write_errors_total", "counter",
+           "Failed transactions and failed opens of the request log (each retried).",
+           (double)d->write_errors);
+    scalar(sb, "inflight_db_transactions_total", "counter",
+           "Transactions the request log committed.", (double)d->batches);
+    scalar(sb, "inflight_db_queue_depth", "gauge",
+           "Records waiting to be written (queued or kept for a retry).", d->queued);
+    scalar(sb, "inflight_db_retention_deleted_total", "counter",
+           "Requests deleted by the retention policy.", (double)d->retention_deleted);
 }

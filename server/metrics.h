@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "batcher.h"
+#include "dblog.h"
 #include "strbuf.h"
 
 #define METRICS_MAX_BUCKETS 16
@@ -61,6 +62,8 @@ typedef struct {
     ifl_batcher_stats stats[METRICS_N_POLICIES];
     int have_stats;
     int ready;
+    int db_enabled; /* --db given */
+    ifl_dblog_stats db;
 } metrics_live;
 
 /* Renders everything into sb (appending). */

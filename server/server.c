@@ -30,8 +30,12 @@
 
 #include "backend.h"
 #include "batcher.h"
+#include "db.h"
+#include "dblog.h"
+#include "history.h"
 #include "metrics.h"
 #include "protocol.h"
+#include "sha256.h"
 #include "strbuf.h"
 #include "threadpool.h"
 #include "tokenizer.h"
@@ -62,6 +66,10 @@ void ifl_server_opts_default(ifl_server_opts *o)
     o->default_top_p = 0.95;
     o->default_top_k = 40;
     o->log_requests = 1;
+    o->db_flush_ms = 200;
+    o->db_queue = 100000;
+    o->history = "own";
+    o->grace_s = 10;
 }
 
 /* ---- types ---------------------------------------------------------------------------------- */
@@ -72,6 +80,7 @@ typedef struct srv_conn srv_conn;
 typedef struct evq_item {
     struct evq_item *next;
     int is_step;
+    history_job *job;     /* a history answer (is_step 0, job set) */
     int embedded;         /* lives inside its srv_req (the done event): not freed on its own */
     uint64_t stamp;       /* monotonic us when the batcher emitted it */
     ifl_event ev;         /* text / message point into `data` */
@@ -90,6 +99,14 @@ typedef struct srv_req {
     int32_t prompt_tokens, max_tokens;
     uint64_t t_arrival, t_first, t_last; /* monotonic us */
     int32_t n_tokens;
+    uint64_t t_admitted;
+    /* for the request log (service thread) */
+    char *prompt; /* copy */
+    size_t prompt_len;
+    char params[512];  /* JSON */
+    strbuf completion; /* the token texts */
+    uint32_t *offsets; /* (n_tokens) us after t_arrival */
+    int32_t cap_offsets;
     evq_item done;              /* the done event's queue item */
     char done_msg[IFL_ERR_MAX]; /* its message (finish error) */
 } srv_req;
@@ -124,6 +141,13 @@ struct srv_conn {
     /* HTTP response being written */
     char *http_body;
     size_t http_len, http_sent;
+    /* an answer computed elsewhere (history), written at the next HTTP_WRITEABLE */
+    history_job *job; /* waiting for it; job->tag is this connection */
+    history_job *answer;
+    /* what the upgrade request said (copied in FILTER_PROTOCOL_CONNECTION) */
+    char user_hash[65];
+    char user_agent[160];
+    char close_why[160]; /* for the log: why it closed */
 };
 
 typedef struct {
@@ -152,7 +176,15 @@ typedef struct {
     metrics m;
     proto_limits lim;
     int stopping;
+    uint64_t stop_deadline_us; /* grace period end */
+    int closing_sockets;       /* stop: batchers stopped, sockets told 1001 */
     uint64_t rng_state;
+    /* request log */
+    ifl_dblog *dblog;
+    ifl_history *history;
+    double epoch_ms_at_t0; /* wall clock (Unix ms) when t0_us was read */
+    uint64_t last_step_logged[2];
+    lws_sorted_usec_list_t stop_timer;
 } server;
 
 static server *g_srv; /* for the signal handler */
@@ -175,6 +207,80 @@ static uint64_t random_u64(server *s)
 static double ms_between(uint64_t a, uint64_t b)
 {
     return b > a ? (double)(b - a) / 1e3 : 0;
+}
+
+/* A monotonic stamp as Unix milliseconds (0 stays 0: never reached). */
+static double unix_ms(const server *s, uint64_t mono_us)
+{
+    if (!mono_us)
+        return 0;
+    return s->epoch_ms_at_t0 + ((double)mono_us - (double)s->t0_us) / 1e3;
+}
+
+/* A user key is 16..64 of A-Z a-z 0-9 _ -; stored only as its SHA-256. */
+static int user_key_hash(const char *key, char hex[65])
+{
+    size_t n = strlen(key);
+    if (n < 16 || n > 64)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        char ch = key[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '_' || ch == '-'))
+            return -1;
+    }
+    ifl_sha256 h;
+    unsigned char d[32];
+    ifl_sha256_init(&h);
+    ifl_sha256_update(&h, key, n);
+    ifl_sha256_final(&h, d);
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", d[i]);
+    return 0;
+}
+
+static void req_free(srv_req *r)
+{
+    free(r->prompt);
+    sb_free(&r->completion);
+    free(r->offsets);
+    free(r);
+}
+
+/* The request log's record of a finished (ev) or refused (ev NULL, code set) request. */
+static void log_request_db(server *s, const char *session_hex, const srv_req *r,
+                           const ifl_event *ev, const char *code, double queue_ms, double ttft_ms,
+                           double total_ms, double tps)
+{
+    if (!s->dblog)
+        return;
+    char session[17];
+    snprintf(session, sizeof session, "%s", session_hex);
+    ifl_dblog_request q = {
+        .session = session,
+        .client_id = r->id,
+        .policy = ifl_policy_name(r->policy),
+        .prompt = r->prompt ? r->prompt : "",
+        .prompt_len = r->prompt ? r->prompt_len : 0,
+        .params_json = r->params,
+        .prompt_tokens = r->prompt_tokens,
+        .completion_tokens = ev ? ev->completion_tokens : 0,
+        .completion = sb_text(&r->completion) ? sb_text(&r->completion) : "",
+        .completion_len = r->completion.len,
+        .finish_reason = ev ? ifl_finish_name(ev->finish) : NULL,
+        .error_code = code,
+        .queued_at = unix_ms(s, r->t_arrival),
+        .admitted_at = ev ? unix_ms(s, ev->t_admitted) : 0,
+        .first_token_at = ev ? unix_ms(s, ev->t_first_token) : 0,
+        .finished_at = ev ? unix_ms(s, ev->t_finished ? ev->t_finished : r->t_last) : 0,
+        .queue_ms = ev ? queue_ms : -1,
+        .ttft_ms = ev && ev->t_first_token ? ttft_ms : -1,
+        .total_ms = ev ? total_ms : -1,
+        .tokens_per_s = ev ? tps : -1,
+        .offsets_us = r->offsets,
+        .n_offsets = r->offsets ? r->n_tokens : 0,
+    };
+    ifl_dblog_request_done(s->dblog, &q);
 }
 
 /* ---- the event queue (any thread -> service thread) ----------------------------------------- */
@@ -285,6 +391,7 @@ static void conn_close_now(server *s, srv_conn *c, int code, const char *reason)
     c->close_now = 1;
     c->close_code = code;
     snprintf(c->close_reason, sizeof c->close_reason, "%s", reason);
+    snprintf(c->close_why, sizeof c->close_why, "server %d: %s", code, reason);
     if (c->wsi) {
         lws_callback_on_writable(c->wsi);
         /* a peer that reads nothing never lets the close frame out: drop it after 2 s */
@@ -395,6 +502,7 @@ static void handle_event(server *s, evq_item *it)
         conn_send(s, c, &sb);
         break;
     case IFL_EV_STARTED:
+        r->t_admitted = it->stamp;
         metrics_hist_observe(&s->m.queue[pol], ms_between(r->t_arrival, it->stamp) / 1e3);
         s->m.prompt_tokens[pol] += (uint64_t)r->prompt_tokens;
         if (!c)
@@ -414,6 +522,25 @@ static void handle_event(server *s, evq_item *it)
             metrics_hist_observe(&s->m.itl[pol], ms_between(r->t_last, it->stamp) / 1e3);
         }
         r->t_last = it->stamp;
+        if (s->dblog) {
+            if (r->n_tokens == r->cap_offsets) {
+                int32_t cap = r->cap_offsets ? 2 * r->cap_offsets : 64;
+                uint32_t *o = realloc(r->offsets, (size_t)cap * sizeof *o);
+                if (o) {
+                    r->offsets = o;
+                    r->cap_offsets = cap;
+                }
+            }
+            if (r->n_tokens < r->cap_offsets) {
+                uint64_t d = it->stamp > r->t_arrival ? it->stamp - r->t_arrival : 0;
+                r->offsets[r->n_tokens] = d > UINT32_MAX ? UINT32_MAX : (uint32_t)d;
+            } else {
+                free(r->offsets); /* out of memory: log no offsets rather than wrong ones */
+                r->offsets = NULL;
+                r->cap_offsets = -1;
+            }
+            sb_append(&r->completion, ev->text, ev->text_len);
+        }
         r->n_tokens++;
         s->m.tokens[pol]++;
         if (!c)
@@ -436,6 +563,12 @@ static void handle_event(server *s, evq_item *it)
         s->m.requests[pol][(int)ev->finish < METRICS_N_FINISH ? (int)ev->finish : 0]++;
         metrics_hist_observe(&s->m.e2e[pol], total_ms / 1e3);
         log_request(s, r, ev, queue_ms, ttft_ms, total_ms, tps);
+        {
+            char hex[17];
+            snprintf(hex, sizeof hex, "%016llx", (unsigned long long)r->session);
+            log_request_db(s, hex, r, ev, ev->finish == IFL_FINISH_ERROR ? "engine_error" : NULL,
+                           queue_ms, ttft_ms, total_ms, tps);
+        }
         if (c) {
             sb_puts(&sb, "{\"type\":\"done\",\"id\":");
             sb_json_str(&sb, r->id, strlen(r->id));
@@ -462,7 +595,7 @@ static void handle_event(server *s, evq_item *it)
             conn_send(s, c, &sb);
             conn_remove_req(c, r);
         }
-        free(r);
+        req_free(r);
         break;
     }
     }
@@ -476,6 +609,21 @@ static void handle_step(server *s, const evq_item *it)
     s->m.steps[pol]++;
     metrics_hist_observe(&s->m.batch[pol], st->n_seqs);
     metrics_hist_observe(&s->m.step_s[pol], st->ms / 1e3);
+    /* the log keeps a sample: at most one step per policy every 100 ms */
+    if (s->dblog && st->t_start >= s->last_step_logged[pol] + 100000) {
+        s->last_step_logged[pol] = st->t_start;
+        ifl_dblog_step rec = {.at_ms = unix_ms(s, st->t_start),
+                              .policy = ifl_policy_name(st->policy),
+                              .step = st->step,
+                              .batch_size = st->n_seqs,
+                              .prefill_tokens = st->prefill_tokens,
+                              .decode_tokens = st->decode_tokens,
+                              .running = st->running,
+                              .waiting = st->waiting,
+                              .kv_used = st->kv_used,
+                              .step_ms = st->ms};
+        ifl_dblog_step_sample(s->dblog, &rec);
+    }
     strbuf sb;
     sb_init(&sb, LWS_PRE);
     for (srv_conn *c = s->conns; c; c = c->next) {
@@ -509,6 +657,34 @@ static void handle_step(server *s, const evq_item *it)
     sb_free(&sb);
 }
 
+/* A history answer is back: hand it to its connection (written at its next HTTP_WRITEABLE), or
+ * drop it if the connection went away. */
+static void handle_history_answer(server *s, history_job *j)
+{
+    (void)s;
+    srv_conn *c = j->tag;
+    if (!c || c->job != j || !c->wsi) {
+        free(j->body);
+        free(j);
+        return;
+    }
+    c->job = NULL;
+    c->answer = j;
+    lws_callback_on_writable(c->wsi);
+}
+
+/* History thread: the answer goes through the event queue like everything else. */
+static void on_history_done(void *ud, history_job *job)
+{
+    server *s = ud;
+    evq_item *it = calloc(1, sizeof *it);
+    if (!it) { /* cannot happen often; the connection then times out */
+        return;
+    }
+    it->job = job;
+    evq_push(s, it);
+}
+
 static void drain_events(server *s)
 {
     pthread_mutex_lock(&s->evq_lock);
@@ -519,7 +695,9 @@ static void drain_events(server *s)
     while (it) {
         evq_item *next = it->next;
         int embedded = it->embedded;
-        if (it->is_step)
+        if (it->job)
+            handle_history_answer(s, it->job);
+        else if (it->is_step)
             handle_step(s, it);
         else
             handle_event(s, it); /* may free the srv_req holding an embedded item */
@@ -539,58 +717,91 @@ static srv_req *conn_find_req(srv_conn *c, const char *id)
     return NULL;
 }
 
+/* The parameters of a request as the log keeps them (JSON). */
+static void params_json(const proto_msg *m, uint64_t seed, char *out, size_t cap)
+{
+    strbuf sb;
+    sb_init(&sb, 0);
+    sb_printf(&sb,
+              "{\"max_tokens\":%d,\"temperature\":%.9g,\"top_k\":%d,\"top_p\":%.9g,"
+              "\"seed\":%llu,\"stop\":[",
+              m->max_tokens, m->temperature, m->top_k, m->top_p, (unsigned long long)seed);
+    for (int i = 0; i < m->n_stop; i++) {
+        if (i)
+            sb_puts(&sb, ",");
+        sb_json_str(&sb, m->stop[i], strlen(m->stop[i]));
+    }
+    sb_printf(&sb, "],\"ignore_eos\":%s}", m->ignore_eos ? "true" : "false");
+    snprintf(out, cap, "%s", sb_ok(&sb) && sb.len < cap ? sb_text(&sb) : "{}");
+    sb_free(&sb);
+}
+
+/* A request refused after it parsed: the error frame, and a row in the log with its code. */
+static void refuse(server *s, srv_conn *c, srv_req *r, const char *code, const char *msg)
+{
+    send_error(s, c, r->id, code, msg);
+    log_request_db(s, c->session_hex, r, NULL, code, -1, -1, -1, -1);
+    req_free(r);
+}
+
 static void handle_generate(server *s, srv_conn *c, proto_msg *m, uint64_t t_arrival)
 {
     char msg[IFL_ERR_MAX + 64];
+    srv_req *r = calloc(1, sizeof *r);
+    if (!r) {
+        send_error(s, c, m->id, "out_of_memory", "no memory for the request");
+        return;
+    }
+    memcpy(r->id, m->id, sizeof r->id);
+    r->policy = m->policy;
+    r->seed = m->has_seed ? m->seed : random_u64(s) & ((1ull << 53) - 1);
+    r->session = c->session;
+    r->prompt_tokens = -1;
+    r->max_tokens = m->max_tokens;
+    r->t_arrival = t_arrival;
+    sb_init(&r->completion, 0);
+    params_json(m, r->seed, r->params, sizeof r->params);
+    if (s->dblog) { /* the prompt is only needed for the log */
+        r->prompt = m->prompt;
+        r->prompt_len = m->prompt_len;
+        m->prompt = NULL;
+    }
     if (s->stopping) {
-        send_error(s, c, m->id, "shutting_down", "the server is shutting down");
+        refuse(s, c, r, "shutting_down", "the server is shutting down");
         return;
     }
     if (conn_find_req(c, m->id)) {
         snprintf(msg, sizeof msg,
-                 "a request with id \"%s\" is already in flight on this "
-                 "connection",
-                 m->id);
-        send_error(s, c, m->id, "duplicate_id", msg);
+                 "a request with id \"%s\" is already in flight on this connection", m->id);
+        refuse(s, c, r, "duplicate_id", msg);
         return;
     }
     if (c->n_reqs >= s->o->max_inflight) {
         snprintf(msg, sizeof msg, "this connection already has %d requests in flight (limit %d)",
                  c->n_reqs, s->o->max_inflight);
-        send_error(s, c, m->id, "too_many_requests", msg);
+        refuse(s, c, r, "too_many_requests", msg);
         return;
     }
     ifl_tokens ids = {0};
     ifl_err err;
-    if (ifl_tokenizer_encode(s->tok, m->prompt, m->prompt_len, 0, &ids, &err)) {
+    const char *text = r->prompt ? r->prompt : m->prompt;
+    size_t text_len = r->prompt ? r->prompt_len : m->prompt_len;
+    if (ifl_tokenizer_encode(s->tok, text, text_len, 0, &ids, &err)) {
         snprintf(msg, sizeof msg, "cannot tokenize the prompt: %s", err.msg);
-        send_error(s, c, m->id, "invalid_request", msg);
+        refuse(s, c, r, "invalid_request", msg);
         return;
     }
+    r->prompt_tokens = (int32_t)ids.n;
     int32_t n_ctx = s->model.cfg.n_ctx;
     if ((int64_t)ids.n + m->max_tokens > n_ctx) {
         snprintf(msg, sizeof msg,
                  "the prompt is %zu tokens; with max_tokens %d that is %lld, over the model's "
                  "context of %d",
                  ids.n, m->max_tokens, (long long)ids.n + m->max_tokens, n_ctx);
-        send_error(s, c, m->id, "prompt_too_long", msg);
         ifl_tokens_free(&ids);
+        refuse(s, c, r, "prompt_too_long", msg);
         return;
     }
-    srv_req *r = calloc(1, sizeof *r);
-    if (!r) {
-        send_error(s, c, m->id, "out_of_memory", "no memory for the request");
-        ifl_tokens_free(&ids);
-        return;
-    }
-    memcpy(r->id, m->id, sizeof r->id);
-    r->conn = c;
-    r->policy = m->policy;
-    r->seed = m->has_seed ? m->seed : random_u64(s) & ((1ull << 53) - 1);
-    r->session = c->session;
-    r->prompt_tokens = (int32_t)ids.n;
-    r->max_tokens = m->max_tokens;
-    r->t_arrival = t_arrival;
     ifl_request_params rp = {.session = c->session,
                              .prompt = ids.ids,
                              .n_prompt = (int32_t)ids.n,
@@ -606,6 +817,7 @@ static void handle_generate(server *s, srv_conn *c, proto_msg *m, uint64_t t_arr
         rp.stop[i] = m->stop[i];
     /* listed before submitting: the queued event is already in the event queue when submit
      * returns, and a cancel may follow in the same read */
+    r->conn = c;
     r->next = c->reqs;
     c->reqs = r;
     c->n_reqs++;
@@ -614,8 +826,8 @@ static void handle_generate(server *s, srv_conn *c, proto_msg *m, uint64_t t_arr
     ifl_tokens_free(&ids);
     if (st != IFL_SUBMIT_OK) {
         conn_remove_req(c, r);
-        free(r);
-        send_error(s, c, m->id, ifl_submit_code(st), err.msg);
+        r->conn = NULL;
+        refuse(s, c, r, ifl_submit_code(st), err.msg);
         return;
     }
     r->rid = rid;
@@ -696,8 +908,10 @@ static void send_hello(server *s, srv_conn *c)
               IFL_MAX_STOP_BYTES, s->o->max_batch, s->o->max_queue, s->o->max_outbox);
     sb_printf(&sb,
               "\"defaults\":{\"model\":\"iterative\",\"max_tokens\":%d,\"temperature\":%g,"
-              "\"top_k\":%d,\"top_p\":%g}}",
+              "\"top_k\":%d,\"top_p\":%g},",
               s->lim.def_max_tokens, s->lim.def_temperature, s->lim.def_top_k, s->lim.def_top_p);
+    sb_printf(&sb, "\"user_key\":%s,\"history\":\"%s\"}", c->user_hash[0] ? "true" : "false",
+              s->history ? s->o->history : "off");
     conn_send(s, c, &sb);
 }
 
@@ -806,6 +1020,10 @@ static void live_stats(server *s, metrics_live *live)
 {
     memset(live, 0, sizeof *live);
     live->ready = atomic_load(&s->ready) && !s->stopping;
+    if (s->dblog) {
+        live->db_enabled = 1;
+        ifl_dblog_get_stats(s->dblog, &live->db);
+    }
     if (atomic_load(&s->ready)) {
         live->have_stats = 1;
         for (int p = 0; p < 2; p++)
@@ -839,6 +1057,94 @@ static int http_serve_file(server *s, srv_conn *c, struct lws *wsi, const char *
     return http_respond(c, wsi, HTTP_STATUS_OK, mime_type(real), data, len, head_only, NULL, NULL);
 }
 
+static int http_json_error(srv_conn *c, struct lws *wsi, int status, const char *msg)
+{
+    strbuf sb;
+    sb_init(&sb, 0);
+    sb_puts(&sb, "{\"error\":");
+    sb_json_str(&sb, msg, strlen(msg));
+    sb_puts(&sb, "}");
+    if (!sb_ok(&sb)) {
+        sb_free(&sb);
+        return -1;
+    }
+    size_t n = sb.len;
+    return http_respond(c, wsi, status, "application/json", sb_steal(&sb), n, 0, NULL, NULL);
+}
+
+/* Parses a decimal argument in [lo, hi]; -1 if present and bad, 0 absent, 1 read. */
+static int url_int(struct lws *wsi, const char *name, int64_t lo, int64_t hi, int64_t *out)
+{
+    char buf[64];
+    const char *v = lws_get_urlarg_by_name(wsi, name, buf, sizeof buf);
+    if (!v)
+        return 0;
+    char *end;
+    long long x = strtoll(v, &end, 10);
+    if (!*v || *end || x < lo || x > hi)
+        return -1;
+    *out = x;
+    return 1;
+}
+
+/* GET /api/history and /api/requests/ID (docs/protocol.md): checked here, answered by the
+ * history thread. */
+static int http_api(server *s, srv_conn *c, struct lws *wsi, const char *path)
+{
+    if (!strcmp(s->o->history, "off"))
+        return http_json_error(c, wsi, HTTP_STATUS_FORBIDDEN, "history is off on this server");
+    if (!s->history)
+        return http_json_error(c, wsi, HTTP_STATUS_SERVICE_UNAVAILABLE,
+                               "this server keeps no request log: start it with --db PATH");
+    history_job *j = calloc(1, sizeof *j);
+    if (!j)
+        return -1;
+    char key[128];
+    const char *v = lws_get_urlarg_by_name(wsi, "user=", key, sizeof key);
+    if (v && user_key_hash(v, j->user_hash)) {
+        free(j);
+        return http_json_error(c, wsi, HTTP_STATUS_BAD_REQUEST,
+                               "user must be 16 to 64 characters of A-Z a-z 0-9 _ -");
+    }
+    if (!v && strcmp(s->o->history, "all")) {
+        free(j);
+        return http_json_error(c, wsi, HTTP_STATUS_BAD_REQUEST,
+                               "user=KEY is required: history shows a key's own requests");
+    }
+    if (!strcmp(path, "/api/history")) {
+        int64_t limit = 50, before = 0;
+        if (url_int(wsi, "limit=", 1, 500, &limit) < 0) {
+            free(j);
+            return http_json_error(c, wsi, HTTP_STATUS_BAD_REQUEST,
+                                   "limit must be an integer from 1 to 500");
+        }
+        if (url_int(wsi, "before=", 1, INT64_MAX, &before) < 0) {
+            free(j);
+            return http_json_error(c, wsi, HTTP_STATUS_BAD_REQUEST,
+                                   "before must be a request id (a positive integer)");
+        }
+        j->kind = HISTORY_LIST;
+        j->limit = (int32_t)limit;
+        j->before = before;
+    } else {
+        const char *idp = path + strlen("/api/requests/");
+        char *end;
+        long long id = strtoll(idp, &end, 10);
+        if (!*idp || *end || id < 1) {
+            free(j);
+            return http_json_error(c, wsi, HTTP_STATUS_NOT_FOUND,
+                                   "no such request: the id must be a positive integer");
+        }
+        j->kind = HISTORY_ONE;
+        j->id = id;
+    }
+    j->tag = c;
+    c->job = j;
+    c->wsi = wsi;
+    ifl_history_submit(s->history, j);
+    return 0;
+}
+
 static int http_request(server *s, srv_conn *c, struct lws *wsi, const char *path)
 {
     s->m.http_requests++;
@@ -862,6 +1168,17 @@ static int http_request(server *s, srv_conn *c, struct lws *wsi, const char *pat
         if (!atomic_load(&s->ready))
             return http_text(c, wsi, HTTP_STATUS_SERVICE_UNAVAILABLE,
                              "not ready: loading the model\n", is_head);
+        if (s->dblog) {
+            ifl_dblog_stats ds;
+            ifl_dblog_get_stats(s->dblog, &ds);
+            if (!ds.up) {
+                char msg[IFL_ERR_MAX + 100];
+                snprintf(msg, sizeof msg,
+                         "ready, degraded: the request log is failing (%s); serving goes on\n",
+                         ds.last_error);
+                return http_text(c, wsi, HTTP_STATUS_OK, msg, is_head);
+            }
+        }
         return http_text(c, wsi, HTTP_STATUS_OK, "ready\n", is_head);
     }
     if (!strcmp(path, "/metrics")) {
@@ -878,6 +1195,8 @@ static int http_request(server *s, srv_conn *c, struct lws *wsi, const char *pat
         return http_respond(c, wsi, HTTP_STATUS_OK, "text/plain; version=0.0.4; charset=utf-8",
                             sb_steal(&sb), n, is_head, NULL, NULL);
     }
+    if (!strcmp(path, "/api/history") || !strncmp(path, "/api/requests/", 14))
+        return http_api(s, c, wsi, path);
     if (!strcmp(path, "/ws"))
         return http_text(c, wsi, 426, "this is the WebSocket endpoint: connect with a WebSocket\n",
                          is_head);
@@ -886,6 +1205,17 @@ static int http_request(server *s, srv_conn *c, struct lws *wsi, const char *pat
 
 static int http_writeable(srv_conn *c, struct lws *wsi)
 {
+    if (c->answer) {
+        history_job *j = c->answer;
+        c->answer = NULL;
+        char *body = j->body;
+        size_t len = j->len;
+        int status = j->status;
+        free(j);
+        if (!body)
+            return -1;
+        return http_respond(c, wsi, status, "application/json", body, len, 0, NULL, NULL);
+    }
     if (!c->http_body)
         return 0;
     uint8_t buf[LWS_PRE + HTTP_CHUNK];
@@ -914,6 +1244,9 @@ static void conn_closed(server *s, srv_conn *c)
     c->http_body = NULL;
     if (!c->is_ws)
         return;
+    if (s->dblog)
+        ifl_dblog_session_close(s->dblog, c->session_hex, ifl_db_now_ms(),
+                                c->close_why[0] ? c->close_why : "connection lost");
     cancel_conn_requests(s, c);
     for (srv_req *r = c->reqs; r; r = r->next)
         r->conn = NULL; /* freed when their done events arrive */
@@ -946,6 +1279,7 @@ static int on_receive(server *s, srv_conn *c, struct lws *wsi, const char *in, s
         snprintf(why, sizeof why, "message too big: over %d bytes", s->o->max_message);
         s->m.closed_too_big++;
         cancel_conn_requests(s, c);
+        snprintf(c->close_why, sizeof c->close_why, "server 1009: %s", why);
         lws_close_reason(wsi, LWS_CLOSE_STATUS_MESSAGE_TOO_LARGE, (unsigned char *)why,
                          strlen(why));
         return -1;
@@ -980,6 +1314,7 @@ static int on_receive(server *s, srv_conn *c, struct lws *wsi, const char *in, s
         static const char why[] = "text frame is not valid UTF-8";
         s->m.closed_bad_utf8++;
         cancel_conn_requests(s, c);
+        snprintf(c->close_why, sizeof c->close_why, "server 1007: %s", why);
         lws_close_reason(wsi, LWS_CLOSE_STATUS_INVALID_PAYLOAD, (unsigned char *)why,
                          sizeof why - 1);
         return -1;
@@ -1004,6 +1339,15 @@ static int srv_callback(struct lws *wsi, enum lws_callback_reasons reason, void 
         if (c) {
             free(c->http_body);
             c->http_body = NULL;
+            if (c->job)
+                c->job->tag = NULL; /* its answer is dropped when it comes */
+            c->job = NULL;
+            if (c->answer) {
+                free(c->answer->body);
+                free(c->answer);
+                c->answer = NULL;
+            }
+            c->wsi = NULL;
         }
         return 0;
     case LWS_CALLBACK_FILTER_NETWORK_CONNECTION: {
@@ -1018,11 +1362,19 @@ static int srv_callback(struct lws *wsi, enum lws_callback_reasons reason, void 
         char uri[64];
         if (lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI) < 0 || strcmp(uri, "/ws"))
             return 1; /* upgrades only at /ws */
+        if (!c)
+            return 1;
+        free(c->http_body);
+        memset(c, 0, sizeof *c);
+        char key[128];
+        const char *v = lws_get_urlarg_by_name(wsi, "user=", key, sizeof key);
+        if (v && user_key_hash(v, c->user_hash))
+            snprintf(c->user_hash, sizeof c->user_hash, "!"); /* refused at ESTABLISHED */
+        if (lws_hdr_copy(wsi, c->user_agent, sizeof c->user_agent, WSI_TOKEN_HTTP_USER_AGENT) < 0)
+            c->user_agent[0] = 0;
         return 0;
     }
     case LWS_CALLBACK_ESTABLISHED: {
-        free(c->http_body);
-        memset(c, 0, sizeof *c);
         c->wsi = wsi;
         c->is_ws = 1;
         c->session = random_u64(s);
@@ -1033,7 +1385,20 @@ static int srv_callback(struct lws *wsi, enum lws_callback_reasons reason, void 
         s->n_conns++;
         s->m.connections_total++;
         s->m.connections_open = (uint64_t)s->n_conns;
-        if (s->stopping) {
+        int bad_key = !strcmp(c->user_hash, "!");
+        if (s->dblog) {
+            ifl_dblog_session rec = {.session = c->session_hex,
+                                     .user_key_sha256 =
+                                         c->user_hash[0] && !bad_key ? c->user_hash : NULL,
+                                     .remote_addr = c->peer,
+                                     .user_agent = c->user_agent[0] ? c->user_agent : NULL,
+                                     .at_ms = ifl_db_now_ms()};
+            ifl_dblog_session_open(s->dblog, &rec);
+        }
+        if (bad_key) {
+            conn_close_now(s, c, LWS_CLOSE_STATUS_POLICY_VIOLATION,
+                           "the user key must be 16 to 64 characters of A-Z a-z 0-9 _ -");
+        } else if (s->stopping) {
             conn_close_now(s, c, LWS_CLOSE_STATUS_GOINGAWAY, "server shutting down");
         } else if (!atomic_load(&s->ready)) {
             conn_close_now(s, c, CLOSE_TRY_AGAIN_LATER, "not ready: the model is loading");
@@ -1080,6 +1445,20 @@ static int srv_callback(struct lws *wsi, enum lws_callback_reasons reason, void 
             lws_callback_on_writable(wsi);
         return 0;
     }
+    case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE:
+        if (c && !c->close_why[0]) {
+            const unsigned char *p = in;
+            int code = len >= 2 ? (p[0] << 8) | p[1] : 1005;
+            int rl = len > 2 ? (int)(len - 2) : 0;
+            if (rl > 80)
+                rl = 80;
+            /* the reason is the peer's bytes: kept only if they are UTF-8 */
+            if (rl && !ifl_utf8_valid((const char *)p + 2, (size_t)rl))
+                rl = 0;
+            snprintf(c->close_why, sizeof c->close_why, "client %d%s%.*s", code, rl ? ": " : "", rl,
+                     rl ? (const char *)p + 2 : "");
+        }
+        return 0;
     case LWS_CALLBACK_CLOSED: conn_closed(s, c); return 0;
     default: break;
     }
@@ -1195,31 +1574,75 @@ static void lws_log_emit(int level, const char *line)
     fprintf(stderr, "inflight: lws: %s", line);
 }
 
-/* Stops the batchers (their requests end with done(cancelled)), sends what is queued and closes
- * every socket with 1001. */
+static void stop_tick(lws_sorted_usec_list_t *sul)
+{
+    server *s = lws_container_of(sul, server, stop_timer);
+    /* only wakes the service loop, which checks the stop's progress */
+    lws_sul_schedule(s->ctx, 0, &s->stop_timer, stop_tick, 100000);
+}
+
+/* A stop begins: no new connections or requests; those running may finish for --grace. */
 static void begin_stop(server *s)
 {
     s->stopping = 1;
+    s->stop_deadline_us = ifl_now_us() + (uint64_t)(s->o->grace_s * 1e6);
+    int32_t running = 0;
+    for (int p = 0; p < 2; p++)
+        if (s->b[p]) {
+            ifl_batcher_stats st;
+            ifl_batcher_get_stats(s->b[p], &st);
+            running += st.running + st.waiting;
+        }
     if (!s->o->quiet) {
-        printf("inflight serve: stopping: cancelling requests, closing connections\n");
+        printf("inflight serve: stopping: no new requests; %d in flight may finish within %.1f s\n",
+               running, s->o->grace_s);
         fflush(stdout);
     }
+    lws_sul_schedule(s->ctx, 0, &s->stop_timer, stop_tick, 100000);
+}
+
+static int batchers_idle(server *s)
+{
+    for (int p = 0; p < 2; p++)
+        if (s->b[p]) {
+            ifl_batcher_stats st;
+            ifl_batcher_get_stats(s->b[p], &st);
+            if (st.running + st.waiting)
+                return 0;
+        }
+    return 1;
+}
+
+/* The grace period is over (or nothing runs): stop the batchers (what still runs ends with
+ * done(cancelled)), send what is queued, and close every socket with 1001. */
+static void close_phase(server *s)
+{
+    s->closing_sockets = 1;
     if (s->loader_started) {
         pthread_join(s->loader, NULL);
         s->loader_started = 0;
     }
+    int cancelled = !batchers_idle(s);
     for (int p = 0; p < 2; p++) {
         ifl_batcher_stop(s->b[p]);
         s->b[p] = NULL;
     }
     drain_events(s);
+    if (!s->o->quiet) {
+        printf("inflight serve: %s; closing %d connection(s)\n",
+               cancelled ? "grace period over: cancelled what still ran" : "all requests finished",
+               s->n_conns);
+        fflush(stdout);
+    }
     for (srv_conn *c = s->conns; c; c = c->next) {
         c->closing = 1;
         c->close_code = LWS_CLOSE_STATUS_GOINGAWAY;
         snprintf(c->close_reason, sizeof c->close_reason, "server shutting down");
+        snprintf(c->close_why, sizeof c->close_why, "server 1001: server shutting down");
         lws_callback_on_writable(c->wsi);
         lws_set_timeout(c->wsi, PENDING_TIMEOUT_USER_OK, 3);
     }
+    s->stop_deadline_us = ifl_now_us() + 3500000;
 }
 
 int ifl_server_run(const ifl_server_opts *o)
@@ -1232,6 +1655,7 @@ int ifl_server_run(const ifl_server_opts *o)
     }
     s->o = o;
     s->t0_us = ifl_now_us();
+    s->epoch_ms_at_t0 = ifl_db_now_ms();
     s->rng_state = s->t0_us;
     pthread_mutex_init(&s->evq_lock, NULL);
     metrics_init(&s->m);
@@ -1247,6 +1671,35 @@ int ifl_server_run(const ifl_server_opts *o)
                 "without nvcc, or before cuda/ existed); use --device cpu or auto\n",
                 o->device);
         goto out;
+    }
+
+    if (o->db_path) {
+        ifl_dblog_opts dopts = {.path = o->db_path,
+                                .flush_ms = o->db_flush_ms,
+                                .queue_cap = o->db_queue,
+                                .retain_days = o->retain_days,
+                                .retain_requests = o->retain_requests};
+        int fatal = 0;
+        ifl_err err;
+        s->dblog = ifl_dblog_start(&dopts, &fatal, &err);
+        if (!s->dblog) {
+            fprintf(stderr, "inflight serve: --db %s: %s\n", o->db_path, err.msg);
+            goto out;
+        }
+        if (strcmp(o->history, "off")) {
+            s->history =
+                ifl_history_start(o->db_path, !strcmp(o->history, "all"), on_history_done, s);
+            if (!s->history) {
+                fprintf(stderr, "inflight serve: cannot start the history thread\n");
+                goto out;
+            }
+        }
+        if (!o->quiet) {
+            printf("inflight serve: request log %s (flush every %d ms; history: %s%s)\n",
+                   o->db_path, o->db_flush_ms, o->history,
+                   o->retain_days > 0 || o->retain_requests > 0 ? "; retention on" : "");
+            fflush(stdout);
+        }
     }
 
     lws_set_log_level(LLL_ERR | LLL_WARN, lws_log_emit);
@@ -1289,22 +1742,24 @@ int ifl_server_run(const ifl_server_opts *o)
     }
     s->loader_started = 1;
 
-    uint64_t stop_deadline = 0;
     for (;;) {
         if (lws_service(s->ctx, 0) < 0)
             break;
         if (atomic_load(&s->load_failed) && !s->stopping) {
             fprintf(stderr, "inflight serve: %s\n", s->load_error);
-            begin_stop(s);
+            s->stopping = 1;
+            close_phase(s);
             rc = 1;
             break;
         }
         if (g_signals && !s->stopping) {
             begin_stop(s);
-            stop_deadline = ifl_now_us() + 3000000;
             rc = 0;
         }
-        if (s->stopping && (!s->conns || ifl_now_us() > stop_deadline))
+        if (s->stopping && !s->closing_sockets &&
+            (batchers_idle(s) || ifl_now_us() > s->stop_deadline_us))
+            close_phase(s);
+        if (s->closing_sockets && (!s->conns || ifl_now_us() > s->stop_deadline_us))
             break;
     }
 out:
@@ -1314,10 +1769,19 @@ out:
         ifl_batcher_stop(s->b[p]);
     s->b[0] = s->b[1] = NULL;
     drain_events(s); /* frees the srv_reqs of the last done events */
-    if (s->ctx)
+    if (s->ctx) {
+        lws_sul_cancel(&s->stop_timer);
         lws_context_destroy(s->ctx); /* closes the sockets still open (CLOSED callbacks) */
+    }
     g_srv = NULL;
+    ifl_history_stop(s->history); /* its last answers land in the event queue: drained below */
     drain_events(s);
+    if (s->dblog) {
+        ifl_dblog_stats ds;
+        ifl_dblog_stop(s->dblog, 5000); /* writes what is queued: the session closes too */
+        s->dblog = NULL;
+        (void)ds;
+    }
     for (int p = 0; p < 2; p++)
         ifl_backend_free(s->be[p]);
     ifl_threadpool_free(s->pool);

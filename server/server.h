@@ -38,6 +38,14 @@ typedef struct {
     int32_t default_top_k;
     int log_requests; /* one line per request on stderr */
     int quiet;        /* only errors */
+    /* the request log (SQLite) */
+    const char *db_path;     /* NULL: no log */
+    int32_t db_flush_ms;     /* writer interval (default 200) */
+    int32_t db_queue;        /* records waiting at most (default 100000) */
+    double retain_days;      /* 0: keep */
+    int64_t retain_requests; /* 0: keep */
+    const char *history;     /* "own" (default), "all", "off" */
+    double grace_s;          /* on SIGTERM/SIGINT: how long running requests may finish */
 } ifl_server_opts;
 
 void ifl_server_opts_default(ifl_server_opts *o);
