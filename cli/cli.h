@@ -16,7 +16,8 @@ int cmd_bench(int argc, char **argv);           /* --engine: bench_engine, else 
 int cmd_bench_scheduler(int argc, char **argv); /* cmd_bench_sched.c */
 int cmd_serve(int argc, char **argv);
 int cmd_client(int argc, char **argv);
-int cmd_db(int argc, char **argv); /* cmd_db.c */
+int cmd_db(int argc, char **argv);       /* cmd_db.c */
+int cmd_bench_db(int argc, char **argv); /* cmd_bench_db.c: bench --db-writer */
 
 /* Parse a number for option `opt` of command `cmd`; print a usage error and return -1 if bad. */
 int cli_i32(const char *cmd, const char *opt, const char *s, int32_t lo, int32_t hi, int32_t *out);

@@ -363,5 +363,7 @@ int cmd_bench(int argc, char **argv)
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--engine"))
             return bench_engine(argc, argv);
+        else if (!strcmp(argv[i], "--db-writer"))
+            return cmd_bench_db(argc, argv);
     return cmd_bench_scheduler(argc, argv);
 }

@@ -3,7 +3,8 @@
 # chat page and WebSocket API (`inflight serve`) on http://127.0.0.1:8080 (HOST / PORT override).
 # The model: the directory given as the first argument, else models/gpt2 (scripts/fetch-model.sh
 # fetches it where there is internet), else a random GPT-2-124M-shaped demo model made on first
-# use (random weights: the text is gibberish, the machinery is real).
+# use (random weights: the text is gibberish, the machinery is real). Sessions, requests and
+# their timings are logged to data/inflight.db (DB=path overrides; the history page reads it).
 # usage: scripts/serve.sh [MODEL_DIR] [extra `inflight serve` options...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,4 +25,7 @@ if [ -z "$model" ]; then
     fi
   fi
 fi
-exec build/inflight serve --model "$model" --host "${HOST:-127.0.0.1}" --port "${PORT:-8080}" "$@"
+db=${DB:-data/inflight.db}
+mkdir -p "$(dirname "$db")"
+exec build/inflight serve --model "$model" --host "${HOST:-127.0.0.1}" --port "${PORT:-8080}" \
+  --db "$db" "$@"
