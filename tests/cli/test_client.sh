@@ -16,7 +16,8 @@ trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; [ -f "$tmp/server.err" ] && tail -20 "$tmp/server.err" >&2; exit 1; }
 
 "$bin" make-model --out "$tmp/model" --seed 5 --vocab "$vocab" >/dev/null
-"$bin" serve --model "$tmp/model" --port 0 >"$tmp/server.out" 2>"$tmp/server.err" &
+"$bin" serve --model "$tmp/model" --port 0 --db "$tmp/log.db" --history all \
+  >"$tmp/server.out" 2>"$tmp/server.err" &
 server_pid=$!
 port=
 for _ in $(seq 200); do
@@ -54,9 +55,19 @@ grep -q "96 tokens in .* 12 requests)" "$tmp/open.out" || fail "open loop: not 1
 n=$(grep -c "inflight: request " "$tmp/server.err" || true)
 [ "$n" -eq 26 ] || fail "server logged $n request lines, want 26"
 
+# the history API (its own thread, read-only connection) sees the logged requests
+sleep 0.5
+hist=$(curl -sf "http://127.0.0.1:$port/api/history?limit=3") || fail "GET /api/history failed"
+echo "$hist" | head -c 300; echo
+[ "$(echo "$hist" | grep -o '"client_id"' | wc -l)" -eq 3 ] || fail "history: not 3 requests"
+
 # no server: a clear error, exit 1
-kill "$server_pid"; wait "$server_pid" 2>/dev/null || true; server_pid=
+kill "$server_pid"; wait "$server_pid"; rc=$?; server_pid=
+[ "$rc" -eq 0 ] || fail "the server exited $rc on SIGTERM"
 grep -q "stopped" "$tmp/server.out" || fail "the server did not report a clean stop"
+# the request log holds every request and every session (written before the exit)
+"$bin" db status --db "$tmp/log.db" | tee "$tmp/status.out"
+grep -q "requests        26 rows" "$tmp/status.out" || fail "the log does not hold 26 requests"
 set +e
 "$bin" client --url "$url" --rounds 1 >/dev/null 2>"$tmp/none.err"; rc=$?
 set -e
