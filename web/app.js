@@ -8,6 +8,8 @@
 //   <body data-conn="connecting|open|closed" data-steps="on|off" data-session="...">
 //   window.inflightSteps = {iterative: [...], static: [...]}: the last step frames, as received
 //   window.inflight: the page's state (hello, cards by id, own rids by model)
+// The connection presents this browser's user key (userkey.js) as /ws?user=KEY, so the history
+// page (history.html) can list this browser's past requests.
 'use strict';
 
 (function () {
@@ -79,6 +81,7 @@
     pause: $('#pause'),
     serverName: $('#server-name'),
     sessionId: $('#session-id'),
+    historyLink: $('#history-link'),
   };
 
   // ---------------------------------------------------------------- batch views
@@ -142,7 +145,7 @@
 
   function wsUrl() {
     const proto = location.protocol === 'https:' ? 'wss:' : 'ws:';
-    return proto + '//' + location.host + '/ws';
+    return proto + '//' + location.host + '/ws?user=' + encodeURIComponent(window.InflightUserKey.get().key);
   }
 
   function connect() {
@@ -174,7 +177,7 @@
     4000: 'the server stopped answering',
     1001: 'the server is shutting down',
     1007: 'the server received text that is not UTF-8',
-    1008: 'this page fell too far behind the server',
+    1008: 'this page fell too far behind the server, or the server refused its user key',
     1009: 'a message was too large',
     1013: 'the server has too many connections',
   };
@@ -285,6 +288,8 @@
     el.body.dataset.session = app.session || '';
     el.sessionId.textContent = app.session || '–';
     el.serverName.textContent = m.server || 'inflight';
+    el.historyLink.title = m.history === 'off' ? 'History is off on this server'
+      : 'Your past requests, with their timings';
     renderModel(m.model || {});
     applyLimits(m);
     updateBrief();

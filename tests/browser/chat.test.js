@@ -3,9 +3,12 @@
 // makes a small random model, starts the server on a free port, and drives web/ from several
 // browser contexts (each its own WebSocket session): two pages submit at the same moment under the
 // iterative policy and must share a scheduler step; the demo button under static; an error frame
-// shown in its card; page-side validation; cancel; a phone-sized and a dark-mode page. Every page
-// must be free of console errors, page errors, CSP violations and requests to other origins.
-// Screenshots go to ARTIFACTS_DIR (with the server's output, server.log).
+// shown in its card; page-side validation; cancel; a phone-sized and a dark-mode page. The server
+// logs to a SQLite file (--db): then each context's history page (history.html, same user key as
+// its chat page) must list exactly that context's requests, with plots and a token timeline that
+// match the history API. Every page must be free of console errors, page errors, CSP violations
+// and requests to other origins. Screenshots go to ARTIFACTS_DIR (with the server's output,
+// server.log).
 //
 // usage: node tests/browser/chat.test.js INFLIGHT_BINARY VOCAB_DIR ARTIFACTS_DIR
 // Exit status: 0 passed, 1 failed, 77 skipped (no Chromium; $CHROMIUM overrides /usr/bin/chromium).
@@ -56,9 +59,10 @@ try {
 const cleanup = { tmp: null, server: null, browser: null };
 let lastServer = null;   // for its output when the test fails
 
-function startServer(model) {
+function startServer(model, db) {
   return new Promise((resolve, reject) => {
-    const args = ['serve', '--model', model, '--port', '0', '--host', '127.0.0.1', '--web', path.join(REPO, 'web')];
+    const args = ['serve', '--model', model, '--port', '0', '--host', '127.0.0.1', '--web', path.join(REPO, 'web'),
+      '--db', db];
     log(`starting: ${BIN} ${args.join(' ')}`);
     const proc = spawn(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'] });
     const logFile = fs.createWriteStream(path.join(ARTIFACTS, 'server.log'));
@@ -148,7 +152,14 @@ async function openPage(browser, base, name, contextOptions) {
       window.__cspViolations.push(`${e.violatedDirective} blocked ${e.blockedURI || '(inline)'} at ${e.sourceFile}:${e.lineNumber}`);
     });
   });
-  const page = await context.newPage();
+  const page = await watchPage(await context.newPage(), base, name);
+  await page.goto(base + '/');
+  await page.waitForSelector('body[data-conn="open"][data-steps="on"]', { timeout: 20000 });
+  return page;
+}
+
+// Records a page's console errors, page errors, failed responses and requests to other origins.
+function watchPage(page, base, name) {
   const rec = { name, page, problems: [] };
   const origin = new URL(base).origin;
   page.on('console', (m) => {
@@ -163,8 +174,6 @@ async function openPage(browser, base, name, contextOptions) {
     if (r.status() >= 400) rec.problems.push(`HTTP ${r.status()} for ${r.url()}`);
   });
   pages.push(rec);
-  await page.goto(base + '/');
-  await page.waitForSelector('body[data-conn="open"][data-steps="on"]', { timeout: 20000 });
   return page;
 }
 
@@ -246,6 +255,146 @@ async function screenshot(page, file) {
   log(`screenshot ${p}`);
 }
 
+// ------------------------------------------------------------------ the history page
+
+const sameList = (a, b) => a.length === b.length && a.every((x, i) => x === b[i]);
+
+async function cardsOf(page) {
+  return page.$$eval('#cards .card', (cs) => cs.map((c) => ({
+    id: c.dataset.id, state: c.dataset.state, finish: c.dataset.finish || null,
+    prompt: c.querySelector('.prompt').textContent, completion: c.querySelector('.completion').textContent,
+  })));
+}
+
+// Every request the history API lists for a key, newest first (all pages).
+async function apiHistory(port, key) {
+  const all = [];
+  let before = null;
+  for (let i = 0; i < 100; i++) {
+    const r = await httpGet(port, `/api/history?user=${key}&limit=500` + (before != null ? `&before=${before}` : ''));
+    if (r.status !== 200) throw new Error(`GET /api/history: HTTP ${r.status}: ${r.body}`);
+    const j = JSON.parse(r.body);
+    all.push(...j.requests);
+    if (j.next_before == null) return all;
+    before = j.next_before;
+  }
+  throw new Error('GET /api/history: more than 100 pages');
+}
+
+async function historyState(page) {
+  return page.evaluate(() => ({
+    state: document.body.dataset.state,
+    title: document.getElementById('state-title').textContent,
+    text: document.getElementById('state-text').textContent,
+    rows: Array.from(document.querySelectorAll('#rows tr[data-id]'), (tr) => ({
+      id: Number(tr.dataset.id), kind: tr.dataset.kind, finish: tr.dataset.finish, errorCode: tr.dataset.errorCode || null,
+      prompt: tr.querySelector('.cell-prompt').textContent,
+    })),
+    points: Object.fromEntries(['ttft', 'tps', 'timeline'].map((n) => [n, Number(document.getElementById('plot-' + n).dataset.points)])),
+  }));
+}
+
+// Opens history.html until it lists at least `n` rows: the log is written every ~200 ms, so the
+// newest requests may take a moment to appear.
+async function loadHistory(page, base, n, query) {
+  const until = Date.now() + 10000;
+  for (let tries = 1; ; tries++) {
+    await page.goto(base + '/history.html' + (query || ''));
+    await page.waitForFunction(() => document.body.dataset.state !== 'loading', null, { timeout: 10000 });
+    const h = await historyState(page);
+    if (h.state === 'ready' && h.rows.length >= n) return { h, tries };
+    if (h.state === 'nodb' || h.state === 'error') throw new Error(`history.html: ${h.state}: ${h.title}: ${h.text}`);
+    if (Date.now() > until) throw new Error(`history.html lists ${h.rows.length} rows (state ${h.state}) after 10 s, expected ${n}`);
+    await sleep(300);
+  }
+}
+
+// A context's history page against its chat page's cards and the API: the same requests in the
+// same order, nothing of `foreign` (other contexts' prompts), plots with one point per request
+// that has the value, and a request's token timeline. Leaves the page with that request open.
+async function checkHistory(chat, base, port, name, foreign) {
+  const key = await chat.evaluate(() => localStorage.getItem('inflight.userKey'));
+  check(/^[0-9a-f]{32}$/.test(key || ''), `${name}: user key ${String(key).slice(0, 6)}… in localStorage (32 hex characters)`);
+  const cards = await cardsOf(chat);
+  const done = cards.filter((c) => c.state === 'done');
+  const page = watchPage(await chat.context().newPage(), base, name + ' history');
+  const { h, tries } = await loadHistory(page, base, cards.length);
+  const api = await apiHistory(port, key);
+  check(h.rows.length >= done.length && h.rows.length === cards.length,
+    `${name} history: ${h.rows.length} rows for ${cards.length} requests (${done.length} finished)` + (tries > 1 ? `, after ${tries} loads` : ''));
+  check(sameList(h.rows.map((r) => r.id), api.map((r) => r.id)),
+    `${name} history: the rows are the API's requests in its order (ids ${api.map((r) => r.id).join(', ')})`);
+  const byClient = new Map(api.map((r) => [r.client_id, r]));
+  for (const c of cards) {
+    const r = byClient.get(c.id);
+    if (!r) throw new Error(`${name} history: card ${c.id} (${JSON.stringify(c.prompt)}) is not in the history`);
+    const row = h.rows.find((x) => x.id === r.id);
+    if (row.prompt !== c.prompt || r.prompt !== c.prompt) {
+      throw new Error(`${name} history: request ${r.id} (card ${c.id}) shows prompt ${JSON.stringify(row.prompt)}, the card has ${JSON.stringify(c.prompt)}`);
+    }
+    if (c.state === 'done' && c.finish !== 'cancelled' && r.completion !== c.completion) {
+      throw new Error(`${name} history: request ${r.id}'s logged completion differs from card ${c.id}'s streamed text`);
+    }
+    if (c.state === 'done' && (r.finish_reason !== c.finish || row.finish !== c.finish)) {
+      throw new Error(`${name} history: request ${r.id} finished ${r.finish_reason} (row: ${row.finish}), card ${c.id} says ${c.finish}`);
+    }
+  }
+  ok(`${name} history: every card is a row with its prompt, finish reason and (when finished) completion`);
+  const leaked = h.rows.filter((r) => foreign.includes(r.prompt));
+  check(leaked.length === 0, `${name} history: none of the other contexts' ${foreign.length} prompts` +
+    (leaked.length ? `: shows ${leaked.map((r) => JSON.stringify(r.prompt)).join(', ')}` : ''));
+  const nTtft = api.filter((r) => typeof r.ttft_ms === 'number').length;
+  const nTps = api.filter((r) => typeof r.tokens_per_s === 'number' && r.tokens_per_s > 0).length;
+  check(h.points.ttft === nTtft && h.points.tps === nTps,
+    `${name} history: plots have ${h.points.ttft} TTFT and ${h.points.tps} tokens/s points for ${h.rows.length} rows ` +
+    `(expected ${nTtft} and ${nTps}: the requests with a first token / with two tokens)`);
+
+  // the hover tooltip on the newest point
+  const hover = await page.evaluate(() => {
+    const pl = window.inflightHistory.plots.ttft, q = pl.proj[pl.proj.length - 1];
+    const r = pl.canvas.getBoundingClientRect();
+    return q ? { x: r.left + q.px, y: r.top + q.py, id: q.pt.id } : null;
+  });
+  if (hover) {
+    await page.mouse.move(hover.x, hover.y);
+    const tip = await page.waitForFunction(() => {
+      const t = document.querySelector('#fig-ttft .tip');
+      return !t.hidden && t.textContent;
+    }, null, { timeout: 3000 }).then((j) => j.jsonValue());
+    check(tip.startsWith('#' + hover.id + ' ') && /TTFT/.test(tip), `${name} history: hovering a TTFT point shows "${tip.split('\n')[0]} · ${tip.split('\n')[1]}"`);
+    await page.mouse.move(0, 0);
+  }
+
+  // a request's token timeline: the finished request with the most tokens
+  const pick = api.filter((r) => r.finish_reason && r.finish_reason !== 'cancelled' && r.completion_tokens > 0)
+    .sort((a, b) => b.completion_tokens - a.completion_tokens)[0];
+  check(pick, `${name} history: a finished request to open (#${pick && pick.id}, ${pick && pick.completion_tokens} tokens)`);
+  await page.click(`#rows tr[data-id="${pick.id}"]`);
+  await page.waitForSelector(`#detail[data-state="ready"][data-id="${pick.id}"]`, { timeout: 10000 });
+  const det = await httpGet(port, `/api/requests/${pick.id}?user=${key}`);
+  check(det.status === 200, `GET /api/requests/${pick.id}: 200`);
+  const d = JSON.parse(det.body).request;
+  const offs = d.token_offsets_us;
+  check(Array.isArray(offs) && offs.length === pick.completion_tokens && offs.every((v, i) => i === 0 || v >= offs[i - 1]),
+    `request ${pick.id}: ${offs.length} token offsets, in order, ${offs[0]} .. ${offs[offs.length - 1]} us`);
+  check(Math.abs(offs[0] / 1000 - d.ttft_ms) <= Math.max(2, d.ttft_ms * 0.05),
+    `request ${pick.id}: the first token's offset ${(offs[0] / 1000).toFixed(3)} ms is its TTFT ${d.ttft_ms} ms`);
+  const shown = await page.evaluate(() => ({
+    points: Number(document.getElementById('plot-timeline').dataset.points),
+    expanded: Array.from(document.querySelectorAll('#rows tr[aria-expanded="true"]'), (tr) => tr.dataset.id),
+    prompt: document.getElementById('detail-prompt').textContent,
+    completion: document.getElementById('detail-completion').textContent,
+    params: document.getElementById('detail-params').textContent,
+  }));
+  check(shown.points === pick.completion_tokens && sameList(shown.expanded, [String(pick.id)]),
+    `${name} history: row ${pick.id} opened, its timeline has ${shown.points} points for ${pick.completion_tokens} completion tokens`);
+  check(shown.prompt === pick.prompt && shown.completion === pick.completion &&
+      shown.params.includes(String(d.params.max_tokens)) && shown.params.includes(String(d.params.seed)),
+  `${name} history: the opened request shows its whole text and parameters (max_tokens ${d.params.max_tokens}, seed ${d.params.seed})`);
+  await page.evaluate(() => window.scrollTo(0, 0));
+  return { page, key, api };
+}
+
 // ------------------------------------------------------------------ the test
 
 async function main() {
@@ -258,7 +407,7 @@ async function main() {
   if (mk.status !== 0) throw new Error(`make-model failed (status ${mk.status}): ${mk.stderr}`);
   ok('make-model: ' + (mk.stderr || mk.stdout).trim().split('\n').pop());
 
-  const srv = await startServer(model);
+  const srv = await startServer(model, path.join(cleanup.tmp, 'log.db'));
   await waitReady(srv);
   const base = `http://127.0.0.1:${srv.port}`;
   ok(`server listening on ${base}, /readyz 200`);
@@ -426,6 +575,49 @@ async function main() {
     check(c.state === 'done', `dark: card ${id} (${c.model}) done`);
   }
   await screenshot(dark, 'dark.png');
+
+  // -------- the history pages: each context sees its own requests, and only those
+  await B.fill('#max-tokens', '24');
+  await B.fill('#prompt', 'Page B keeps this prompt to itself');
+  await B.click('#send');
+  const idPrivate = (await cardIds(B))[0];
+  check((await waitFinal(B, idPrivate)).state === 'done', `page B: card ${idPrivate} done (a prompt only B sent)`);
+  const link = await A.$eval('#history-link', (a) => ({ href: a.href, visible: !!a.offsetParent }));
+  check(link.visible && link.href === base + '/history.html', `the chat page links to ${link.href}`);
+  const ctxPrompts = {};
+  for (const [n, p] of [['A', A], ['B', B], ['phone', phone], ['dark', dark]]) {
+    ctxPrompts[n] = new Set((await cardsOf(p)).map((c) => c.prompt));
+  }
+  const foreignTo = (n) => {
+    const out = new Set();
+    for (const [m, set] of Object.entries(ctxPrompts)) if (m !== n) for (const p of set) if (!ctxPrompts[n].has(p)) out.add(p);
+    return [...out];
+  };
+  const hA = await checkHistory(A, base, srv.port, 'A', foreignTo('A'));
+  await screenshot(hA.page, 'history.png');
+  const hB = await checkHistory(B, base, srv.port, 'B', foreignTo('B'));
+  check(hA.key !== hB.key && hB.api.some((r) => r.prompt === 'Page B keeps this prompt to itself') &&
+    hB.api.some((r) => r.error_code === 'prompt_too_long'),
+  'B history: its own prompt and its refused request (prompt_too_long) are there, under another key than A\'s');
+  const refused = await hB.page.$$eval('#rows tr[data-kind="error"]', (trs) => trs.map((tr) => tr.dataset.errorCode));
+  check(refused.includes('prompt_too_long'), `B history: the refused request is an error row (${refused.join(', ')})`);
+  const hPhone = await checkHistory(phone, base, srv.port, 'phone', foreignTo('phone'));
+  const pover = await hPhone.page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  check(pover <= 0, `phone history: no horizontal scrolling (overflow ${pover}px)`);
+  await screenshot(hPhone.page, 'history-phone.png');
+  const hDark = await checkHistory(dark, base, srv.port, 'dark', foreignTo('dark'));
+  await screenshot(hDark.page, 'history-dark.png');
+
+  // paging: two at a time with "Load older" gives the same list as the API
+  const paged = hA.page;
+  await loadHistory(paged, base, 2, '?limit=2');
+  for (let i = 0; i < 50 && await paged.isVisible('#load-older'); i++) {
+    const n = (await historyState(paged)).rows.length;
+    await paged.click('#load-older');
+    await paged.waitForFunction((k) => document.querySelectorAll('#rows tr[data-id]').length > k, n, { timeout: 10000 });
+  }
+  const all = (await historyState(paged)).rows.map((r) => r.id);
+  check(sameList(all, hA.api.map((r) => r.id)), `A history, 2 a page: "Load older" ${Math.ceil(all.length / 2) - 1} times lists all ${all.length} requests in order`);
 
   // -------- no console errors, page errors, CSP violations or foreign requests anywhere
   for (const rec of pages) {
