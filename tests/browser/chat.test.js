@@ -294,6 +294,13 @@ async function historyState(page) {
   }));
 }
 
+// Waits (up to 5 s) for the plots to have drawn the given numbers of points (they draw on the next
+// animation frame); the caller checks what they show then.
+async function drawn(page, want) {
+  await page.waitForFunction((w) => Object.keys(w).every((n) =>
+    Number(document.getElementById('plot-' + n).dataset.points) === w[n]), want, { timeout: 5000 }).catch(() => {});
+}
+
 // Opens history.html until it lists at least `n` rows: the log is written every ~200 ms, so the
 // newest requests may take a moment to appear.
 async function loadHistory(page, base, n, query) {
@@ -345,6 +352,8 @@ async function checkHistory(chat, base, port, name, foreign) {
     (leaked.length ? `: shows ${leaked.map((r) => JSON.stringify(r.prompt)).join(', ')}` : ''));
   const nTtft = api.filter((r) => typeof r.ttft_ms === 'number').length;
   const nTps = api.filter((r) => typeof r.tokens_per_s === 'number' && r.tokens_per_s > 0).length;
+  await drawn(page, { ttft: nTtft, tps: nTps });
+  h.points = (await historyState(page)).points;
   check(h.points.ttft === nTtft && h.points.tps === nTps,
     `${name} history: plots have ${h.points.ttft} TTFT and ${h.points.tps} tokens/s points for ${h.rows.length} rows ` +
     `(expected ${nTtft} and ${nTps}: the requests with a first token / with two tokens)`);
@@ -371,6 +380,7 @@ async function checkHistory(chat, base, port, name, foreign) {
   check(pick, `${name} history: a finished request to open (#${pick && pick.id}, ${pick && pick.completion_tokens} tokens)`);
   await page.click(`#rows tr[data-id="${pick.id}"]`);
   await page.waitForSelector(`#detail[data-state="ready"][data-id="${pick.id}"]`, { timeout: 10000 });
+  await drawn(page, { timeline: pick.completion_tokens });
   const det = await httpGet(port, `/api/requests/${pick.id}?user=${key}`);
   check(det.status === 200, `GET /api/requests/${pick.id}: 200`);
   const d = JSON.parse(det.body).request;
@@ -391,6 +401,18 @@ async function checkHistory(chat, base, port, name, foreign) {
   check(shown.prompt === pick.prompt && shown.completion === pick.completion &&
       shown.params.includes(String(d.params.max_tokens)) && shown.params.includes(String(d.params.seed)),
   `${name} history: the opened request shows its whole text and parameters (max_tokens ${d.params.max_tokens}, seed ${d.params.seed})`);
+  // the page scrolls the opened request into view (smoothly): let it settle, then go to the top
+  await page.evaluate(() => new Promise((resolve) => {
+    let last = -1, same = 0;
+    const t0 = performance.now();
+    const tick = () => {
+      same = window.scrollY === last ? same + 1 : 0;
+      last = window.scrollY;
+      if (same >= 5 || performance.now() - t0 > 3000) resolve();
+      else requestAnimationFrame(tick);
+    };
+    requestAnimationFrame(tick);
+  }));
   await page.evaluate(() => window.scrollTo(0, 0));
   return { page, key, api };
 }
@@ -530,7 +552,8 @@ async function main() {
   await A.fill('#prompt', 'Cancel me');
   await A.click('#send');
   const idCancel = (await cardIds(A))[0];
-  await A.click(`.card[data-id="${idCancel}"] .card-cancel`).catch(() => {});
+  // (the button is gone if the request finished first: then don't wait the default 30 s for it)
+  await A.click(`.card[data-id="${idCancel}"] .card-cancel`, { timeout: 3000 }).catch(() => {});
   const cCancel = await waitFinal(A, idCancel);
   await waitFinal(A, idLong);
   check(cCancel.state === 'done' && (cCancel.finish === 'cancelled' || cCancel.finish === 'length'),
