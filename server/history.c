@@ -108,7 +108,9 @@ static void run_list(ifl_history *h, history_job *j)
     char sql[1024];
     snprintf(sql, sizeof sql,
              "SELECT %s FROM requests r JOIN sessions s ON s.id = r.session_id WHERE "
-             "(?1 OR s.user_key = ?2) AND r.id < ?3 ORDER BY r.id DESC LIMIT ?4",
+             "(?1 OR s.user_key = ?2) AND (?3 = 0 OR r.queued_at < (SELECT queued_at FROM "
+             "requests WHERE id = ?3) OR (r.queued_at = (SELECT queued_at FROM requests WHERE "
+             "id = ?3) AND r.id < ?3)) ORDER BY r.queued_at DESC, r.id DESC LIMIT ?4",
              COLS);
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(h->db, sql, -1, &st, NULL) != SQLITE_OK) {
@@ -117,7 +119,7 @@ static void run_list(ifl_history *h, history_job *j)
     }
     sqlite3_bind_int(st, 1, h->scope_all);
     sqlite3_bind_text(st, 2, j->user_hash, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 3, j->before > 0 ? j->before : INT64_MAX);
+    sqlite3_bind_int64(st, 3, j->before > 0 ? j->before : 0);
     sqlite3_bind_int(st, 4, j->limit + 1); /* one more: is there a next page? */
     strbuf sb;
     sb_init(&sb, 0);
