@@ -94,6 +94,11 @@ int cmd_db(int argc, char **argv)
     if (!path)
         return cli_usage_error(cmd, "--db PATH is required");
     int is_status = !strcmp(action, "status");
+    if (to > ifl_n_migrations) {
+        fprintf(stderr, "inflight db: --to %d: this binary has migrations 1 to %d\n", to,
+                ifl_n_migrations);
+        return 2;
+    }
     sqlite3 *db = NULL;
     ifl_err err;
     if (ifl_db_open(&db, path, is_status, 5000, &err)) {
@@ -111,8 +116,10 @@ int cmd_db(int argc, char **argv)
         } else {
             int after = before;
             ifl_db_version(db, &after, &err);
-            printf("%s: schema version %d -> %d (%d migration(s) applied)\n", path, before, after,
-                   applied);
+            printf("%s: schema version %d -> %d (%d migration(s) applied)%s\n", path, before, after,
+                   applied,
+                   to && before > to ? "; migrations are never reversed: it stays newer than --to"
+                                     : "");
         }
     }
     sqlite3_close(db);

@@ -48,9 +48,10 @@ int ifl_db_open(sqlite3 **out, const char *path, int readonly, int busy_timeout_
         goto fail;
     *out = db;
     return 0;
-fail:
+fail:;
+    int code = sqlite3_errcode(db) & 0xff;
     sqlite3_close(db);
-    return -1;
+    return code == SQLITE_NOTADB || code == SQLITE_CORRUPT ? IFL_DB_NOT_A_DATABASE : -1;
 }
 
 int ifl_db_version(sqlite3 *db, int *version, ifl_err *err)

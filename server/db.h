@@ -20,7 +20,10 @@ extern const ifl_migration ifl_migrations[];
 extern const int ifl_n_migrations;
 
 /* Opens (or creates, unless readonly) the database at path: WAL, synchronous=NORMAL,
- * busy_timeout, foreign keys. No migration is applied. */
+ * busy_timeout, foreign keys. No migration is applied. Returns 0, or -1 (it may work later: no
+ * permission, a missing directory, locked, full), or IFL_DB_NOT_A_DATABASE (the file holds
+ * something else: retrying will not help). */
+#define IFL_DB_NOT_A_DATABASE (-2)
 int ifl_db_open(sqlite3 **out, const char *path, int readonly, int busy_timeout_ms, ifl_err *err);
 
 /* The schema version (PRAGMA user_version; 0 for a new file). */

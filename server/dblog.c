@@ -64,6 +64,10 @@ struct ifl_dblog {
     sqlite3_stmt *st[N_ST];
     rec *carry;
     double next_open_ms, next_retention_ms;
+    int closed_stale;      /* the previous run's open sessions have been closed */
+    double last_report_ms; /* failures are reported at most every 30 s */
+    int64_t failures_unreported;
+    int failing;
 };
 
 static uint64_t mono_us(void)
@@ -251,8 +255,11 @@ static void close_db(ifl_dblog *d)
 static int open_db(ifl_dblog *d, ifl_err *err, int *fatal)
 {
     *fatal = 0;
-    if (ifl_db_open(&d->db, d->path, 0, d->o.busy_timeout_ms, err))
+    int rc = ifl_db_open(&d->db, d->path, 0, d->o.busy_timeout_ms, err);
+    if (rc) {
+        *fatal = rc == IFL_DB_NOT_A_DATABASE;
         return -1;
+    }
     int applied = 0;
     if (ifl_db_migrate(d->db, d->path, 0, &applied, err)) {
         int v = 0;
@@ -272,6 +279,28 @@ static int open_db(ifl_dblog *d, ifl_err *err, int *fatal)
     if (applied)
         fprintf(stderr, "inflight: %s: applied %d migration(s), schema version %d\n", d->path,
                 applied, ifl_n_migrations);
+    if (!d->closed_stale) {
+        /* Sessions a previous run left open (it was killed) are closed now, at their last
+         * request's end, so that retention can remove them like any other. Only at the first open
+         * of this run: this run's own sessions are not in the file yet. */
+        char *msg = NULL;
+        if (sqlite3_exec(d->db,
+                         "UPDATE sessions SET close_reason = 'the server stopped without closing "
+                         "it', closed_at = max(connected_at, coalesce((SELECT max(coalesce("
+                         "finished_at, queued_at)) FROM requests WHERE session_id = sessions.id), "
+                         "connected_at)) WHERE closed_at IS NULL",
+                         NULL, NULL, &msg) != SQLITE_OK) {
+            ifl_err_set(err, "%s: closing the previous run's sessions: %s", d->path,
+                        msg ? msg : sqlite3_errmsg(d->db));
+            sqlite3_free(msg);
+            close_db(d);
+            return -1;
+        }
+        if (sqlite3_changes(d->db))
+            fprintf(stderr, "inflight: %s: closed %d session(s) a previous run left open\n",
+                    d->path, sqlite3_changes(d->db));
+        d->closed_stale = 1;
+    }
     return 0;
 }
 
@@ -297,6 +326,22 @@ static void bind_ms(sqlite3_stmt *st, int i, double v)
         sqlite3_bind_double(st, i, v);
     else
         sqlite3_bind_null(st, i);
+}
+
+/* One line when the log starts failing, then at most one every 30 s while it goes on. */
+static void report_failure(ifl_dblog *d, const char *msg, int32_t kept)
+{
+    double now = ifl_db_now_ms();
+    d->failures_unreported++;
+    if (d->failing && now - d->last_report_ms < 30000)
+        return;
+    fprintf(
+        stderr,
+        "inflight: request log: %s (%lld failure(s); %d record(s) kept, retrying every %d ms)\n",
+        msg, (long long)d->failures_unreported, kept, d->o.retry_ms);
+    d->failing = 1;
+    d->last_report_ms = now;
+    d->failures_unreported = 0;
 }
 
 /* Writes one record. 0 written; 1 refused by the database (skip it); -1 the database failed. */
@@ -414,7 +459,7 @@ static int write_batch(ifl_dblog *d, rec *batch, int32_t n)
     return 0;
 fail:
     set_error(d, msg);
-    fprintf(stderr, "inflight: request log: %s (%d records kept, retrying)\n", msg, n);
+    report_failure(d, msg, n);
     return -1;
 }
 
@@ -488,17 +533,25 @@ static void *writer_main(void *arg)
             int fatal;
             if (open_db(d, &err, &fatal)) {
                 set_error(d, err.msg);
+                report_failure(d, err.msg, n);
                 d->next_open_ms = now + d->o.retry_ms;
             } else {
                 pthread_mutex_lock(&d->lock);
                 d->stats.up = 1;
                 pthread_mutex_unlock(&d->lock);
-                fprintf(stderr, "inflight: request log: writing to %s\n", d->path);
             }
         }
         int ok = 0;
         if (d->db && n)
             ok = write_batch(d, batch, n) == 0;
+        if (ok && d->failing) {
+            fprintf(stderr,
+                    "inflight: request log: writing to %s again (%d record(s) kept while "
+                    "it failed are written)\n",
+                    d->path, n);
+            d->failing = 0;
+            d->failures_unreported = 0;
+        }
         if (n && !ok) {
             d->carry = batch;
             /* a database that fails at every write may be broken beyond a retry: reopen it */
@@ -576,8 +629,7 @@ ifl_dblog *ifl_dblog_start(const ifl_dblog_opts *o, int *fatal, ifl_err *err)
         if (!f) {
             /* not fatal: serve without the log for now, and keep trying */
             set_error(d, err->msg);
-            fprintf(stderr, "inflight: request log: %s: serving without it, retrying every %d ms\n",
-                    err->msg, d->o.retry_ms);
+            report_failure(d, err->msg, 0);
             d->next_open_ms = ifl_db_now_ms() + d->o.retry_ms;
         }
     } else {
