@@ -23,7 +23,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 echo "== ThreadSanitizer build and threaded tests"
 scripts/build.sh build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DINFLIGHT_TSAN=ON -DINFLIGHT_BLAS=OFF
 IFL_TEST_QUICK=1 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-  ctest --test-dir build-tsan --output-on-failure -j "$jobs" -R 'test_batcher|test_batched|test_matmul|test_threadpool|test_client|integration_load|integration_cancel_close'
+  ctest --test-dir build-tsan --output-on-failure -j "$jobs" -R 'test_batcher|test_batched|test_matmul|test_threadpool|test_client|integration_load|integration_cancel_close|db_load|db_failures'
 
 echo "== valgrind memcheck"
 scripts/build.sh build-valgrind -DCMAKE_BUILD_TYPE=Debug -DINFLIGHT_NATIVE=OFF
