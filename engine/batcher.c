@@ -467,6 +467,8 @@ const char *ifl_batcher_name(const ifl_batcher *b)
 
 static int held_append(req *r, const char *s, size_t n)
 {
+    if (!n)
+        return 0; /* an empty text (a token inside a character): nothing to hold */
     if (r->held_len + n > r->held_cap) {
         size_t cap = r->held_cap ? 2 * r->held_cap : 256;
         while (cap < r->held_len + n)
