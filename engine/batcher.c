@@ -548,7 +548,8 @@ static int take_token(ifl_batcher *b, req *r, int32_t tok)
                     .text = r->held ? r->held : "",
                     .text_len = release};
     emit(b, &ev);
-    memmove(r->held, r->held + release, r->held_len - release);
+    if (r->held_len > release) /* (held is NULL until the first non-empty text) */
+        memmove(r->held, r->held + release, r->held_len - release);
     r->held_len -= release;
     return finish;
 }
