@@ -555,7 +555,7 @@ static int take_token(ifl_batcher *b, req *r, int32_t tok)
 }
 
 /* Ends a running request (batcher thread): off the running list first (so a cancel arriving now
- * finds nothing), then its done event, then its KV blocks back to the pool. wait_idle counts it
+ * finds nothing), then its KV blocks back to the pool, then its done event. wait_idle counts it
  * as busy until the event is out. */
 static void finish_running(ifl_batcher *b, req *r, ifl_finish f, const char *message)
 {
@@ -569,13 +569,17 @@ static void finish_running(ifl_batcher *b, req *r, ifl_finish f, const char *mes
         }
     b->n_finishing++;
     pthread_mutex_unlock(&b->lock);
-    emit_done(b, r, f, message);
+    /* the KV blocks go back before the done event, so whoever sees the done and then the stats
+     * (a client reading /metrics) finds them free */
     ifl_kv_seq_free(&r->kv, &b->pool);
+    pthread_mutex_lock(&b->lock);
+    b->stats.running = b->n_running;
+    b->stats.kv_used = ifl_kv_pool_used(&b->pool);
+    pthread_mutex_unlock(&b->lock);
+    emit_done(b, r, f, message);
     req_free(r);
     pthread_mutex_lock(&b->lock);
     b->n_finishing--;
-    b->stats.running = b->n_running;
-    b->stats.kv_used = ifl_kv_pool_used(&b->pool);
     if (b->n_running == 0 && b->n_waiting == 0 && b->n_finishing == 0)
         pthread_cond_broadcast(&b->idle);
     pthread_mutex_unlock(&b->lock);
