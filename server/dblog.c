@@ -132,17 +132,27 @@ static void count_drop(ifl_dblog *d)
     pthread_mutex_unlock(&d->lock);
 }
 
+/* A record of `kind` with `extra` bytes after it for its strings; NULL (counted as dropped) when
+ * memory ran out. */
+static rec *rec_new(ifl_dblog *d, rec_kind kind, size_t extra)
+{
+    rec *r = calloc(1, sizeof *r + extra);
+    if (!r) {
+        count_drop(d);
+        return NULL;
+    }
+    r->kind = kind;
+    return r;
+}
+
 int ifl_dblog_session_open(ifl_dblog *d, const ifl_dblog_session *s)
 {
     size_t n =
         slen(s->session) + slen(s->user_key_sha256) + slen(s->remote_addr) + slen(s->user_agent);
-    rec *r = calloc(1, sizeof *r + n);
-    if (!r) {
-        count_drop(d);
+    rec *r = rec_new(d, REC_SESSION_OPEN, n);
+    if (!r)
         return -1;
-    }
     char *p = (char *)(r + 1);
-    r->kind = REC_SESSION_OPEN;
     r->session = put(&p, s->session, strlen(s->session));
     r->s1 = put(&p, s->user_key_sha256, s->user_key_sha256 ? strlen(s->user_key_sha256) : 0);
     r->s2 = put(&p, s->remote_addr, s->remote_addr ? strlen(s->remote_addr) : 0);
@@ -153,13 +163,10 @@ int ifl_dblog_session_open(ifl_dblog *d, const ifl_dblog_session *s)
 
 int ifl_dblog_session_close(ifl_dblog *d, const char *session, double at_ms, const char *reason)
 {
-    rec *r = calloc(1, sizeof *r + slen(session) + slen(reason));
-    if (!r) {
-        count_drop(d);
+    rec *r = rec_new(d, REC_SESSION_CLOSE, slen(session) + slen(reason));
+    if (!r)
         return -1;
-    }
     char *p = (char *)(r + 1);
-    r->kind = REC_SESSION_CLOSE;
     r->session = put(&p, session, strlen(session));
     r->s1 = put(&p, reason, reason ? strlen(reason) : 0);
     r->d[0] = at_ms;
@@ -173,17 +180,14 @@ int ifl_dblog_request_done(ifl_dblog *d, const ifl_dblog_request *q)
                (q->prompt ? q->prompt_len + 1 : 0) + slen(q->params_json) +
                (q->completion ? q->completion_len + 1 : 0) + slen(q->finish_reason) +
                slen(q->error_code);
-    rec *r = calloc(1, sizeof *r + n + sizeof(uint32_t));
-    if (!r) {
-        count_drop(d);
+    rec *r = rec_new(d, REC_REQUEST, n + sizeof(uint32_t));
+    if (!r)
         return -1;
-    }
     /* the offsets first, aligned right after the struct */
     uint32_t *off = (uint32_t *)(void *)(r + 1);
     if (off_bytes)
         memcpy(off, q->offsets_us, off_bytes);
     char *p = (char *)off + off_bytes;
-    r->kind = REC_REQUEST;
     r->offsets = off;
     r->n_offsets = q->n_offsets > 0 ? q->n_offsets : 0;
     r->session = put(&p, q->session, strlen(q->session));
@@ -211,13 +215,10 @@ int ifl_dblog_request_done(ifl_dblog *d, const ifl_dblog_request *q)
 
 int ifl_dblog_step_sample(ifl_dblog *d, const ifl_dblog_step *s)
 {
-    rec *r = calloc(1, sizeof *r + slen(s->policy));
-    if (!r) {
-        count_drop(d);
+    rec *r = rec_new(d, REC_STEP, slen(s->policy));
+    if (!r)
         return -1;
-    }
     char *p = (char *)(r + 1);
-    r->kind = REC_STEP;
     r->s1 = put(&p, s->policy, strlen(s->policy));
     r->d[0] = s->at_ms;
     r->d[1] = s->step_ms;
