@@ -25,7 +25,7 @@ typedef struct rec {
     struct rec *next;
     rec_kind kind;
     /* strings point into the same allocation (after the struct) */
-    const char *session, *s1, *s2, *s3, *s4, *s5, *s6, *s7, *s8;
+    const char *session, *s1, *s2, *s3, *s4, *s5, *s6, *s7;
     size_t s4_len, s7_len;
     double d[10];
     int64_t i[8];
@@ -53,7 +53,7 @@ struct ifl_dblog {
     char *path;
     pthread_t thread;
     pthread_mutex_t lock;
-    pthread_cond_t wake, drained;
+    pthread_cond_t wake;
     rec *head, *tail;         /* {lock} */
     int32_t held;             /* {lock} queued + carried */
     int stopping;             /* {lock} */
@@ -454,7 +454,6 @@ static int write_batch(ifl_dblog *d, rec *batch, int32_t n)
     d->stats.up = 1;
     d->stats.last_batch_ms = ifl_db_now_ms();
     d->held -= n;
-    pthread_cond_broadcast(&d->drained);
     pthread_mutex_unlock(&d->lock);
     free_list(batch);
     return 0;
@@ -621,7 +620,6 @@ ifl_dblog *ifl_dblog_start(const ifl_dblog_opts *o, int *fatal, ifl_err *err)
     d->path = strdup(o->path);
     pthread_mutex_init(&d->lock, NULL);
     pthread_cond_init(&d->wake, NULL);
-    pthread_cond_init(&d->drained, NULL);
     int f = 0;
     if (!d->path) {
         ifl_err_set(err, "out of memory");
@@ -645,7 +643,6 @@ ifl_dblog *ifl_dblog_start(const ifl_dblog_opts *o, int *fatal, ifl_err *err)
         close_db(d);
         pthread_mutex_destroy(&d->lock);
         pthread_cond_destroy(&d->wake);
-        pthread_cond_destroy(&d->drained);
         free(d->path);
         free(d);
         return NULL;
@@ -676,7 +673,6 @@ void ifl_dblog_stop(ifl_dblog *d, int32_t deadline_ms)
     close_db(d);
     pthread_mutex_destroy(&d->lock);
     pthread_cond_destroy(&d->wake);
-    pthread_cond_destroy(&d->drained);
     free(d->path);
     free(d);
 }

@@ -81,12 +81,21 @@ typedef struct evq_item {
     struct evq_item *next;
     int is_step;
     history_job *job;     /* a history answer (is_step 0, job set) */
-    int embedded;         /* lives inside its srv_req (the done event): not freed on its own */
+    int embedded;         /* lives inside its srv_req or http_job: not freed on its own */
     uint64_t stamp;       /* monotonic us when the batcher emitted it */
     ifl_event ev;         /* text / message point into `data` */
     ifl_step_record step; /* request_ids / is_prefill point into `data` */
-    char data[];
+    char *data; /* copies, in the same allocation right after the item (8-byte aligned: the
+                   item holds 64-bit fields, so its size is a multiple of 8) */
 } evq_item;
+
+/* A history query and the queue item its answer travels in: answering never allocates, so an
+ * answer cannot be lost on the way back to its connection. `job` first: freeing the job frees
+ * both. */
+typedef struct {
+    history_job job;
+    evq_item answer;
+} http_job;
 
 typedef struct srv_req {
     srv_conn *conn;       /* NULL once the connection closed */
@@ -325,6 +334,7 @@ static void on_batcher_event(void *ud, const ifl_event *ev)
         if (!it)
             return; /* out of memory: the frame is lost (the done event is not) */
         memset(it, 0, sizeof *it);
+        it->data = (char *)(it + 1);
         it->ev = *ev;
         it->ev.message = NULL;
         if (tl)
@@ -341,13 +351,14 @@ static void on_batcher_step(void *ud, const ifl_step_record *rec)
 {
     server *s = ud;
     size_t n = rec->n_seqs > 0 ? (size_t)rec->n_seqs : 0;
-    evq_item *it = malloc(sizeof *it + n * (sizeof(uint64_t) + 1) + 8);
+    evq_item *it = malloc(sizeof *it + n * (sizeof(uint64_t) + 1));
     if (!it)
         return;
     memset(it, 0, sizeof *it);
+    it->data = (char *)(it + 1);
     it->is_step = 1;
     it->step = *rec;
-    uint64_t *ids = (uint64_t *)(void *)it->data; /* data is max-aligned (flexible member) */
+    uint64_t *ids = (uint64_t *)(void *)it->data;
     uint8_t *pre = (uint8_t *)(ids + n);
     if (n) {
         memcpy(ids, rec->request_ids, n * sizeof *ids);
@@ -677,12 +688,11 @@ static void handle_history_answer(server *s, history_job *j)
 static void on_history_done(void *ud, history_job *job)
 {
     server *s = ud;
-    evq_item *it = calloc(1, sizeof *it);
-    if (!it) { /* cannot happen often; the connection then times out */
-        return;
-    }
-    it->job = job;
-    evq_push(s, it);
+    http_job *hj = (http_job *)job;
+    memset(&hj->answer, 0, sizeof hj->answer);
+    hj->answer.job = job;
+    hj->answer.embedded = 1;
+    evq_push(s, &hj->answer);
 }
 
 static void drain_events(server *s)
@@ -1096,9 +1106,10 @@ static int http_api(server *s, srv_conn *c, struct lws *wsi, const char *path)
     if (!s->history)
         return http_json_error(c, wsi, HTTP_STATUS_SERVICE_UNAVAILABLE,
                                "this server keeps no request log: start it with --db PATH");
-    history_job *j = calloc(1, sizeof *j);
-    if (!j)
+    http_job *hj = calloc(1, sizeof *hj);
+    if (!hj)
         return -1;
+    history_job *j = &hj->job;
     char key[128];
     const char *v = lws_get_urlarg_by_name(wsi, "user=", key, sizeof key);
     if (v && user_key_hash(v, j->user_hash)) {
@@ -1777,10 +1788,8 @@ out:
     ifl_history_stop(s->history); /* its last answers land in the event queue: drained below */
     drain_events(s);
     if (s->dblog) {
-        ifl_dblog_stats ds;
         ifl_dblog_stop(s->dblog, 5000); /* writes what is queued: the session closes too */
         s->dblog = NULL;
-        (void)ds;
     }
     for (int p = 0; p < 2; p++)
         ifl_backend_free(s->be[p]);
