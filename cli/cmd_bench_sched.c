@@ -45,6 +45,7 @@ static const char *const HELP =
     "  --max-batch N      (default 64)\n"
     "  --step-tokens N    token budget per step (default 256)\n"
     "  --threads N        CPU threads (default: one per core)\n"
+    "  --device D         auto | cpu | cuda (default auto: the GPU when there is one)\n"
     "  --seed N           seed of the open-loop arrivals and of sampling (default 1)\n";
 
 typedef struct {
@@ -224,6 +225,7 @@ int cmd_bench_scheduler(int argc, char **argv)
         {"max-batch", required_argument, 0, 'b'},
         {"step-tokens", required_argument, 0, 's'},
         {"threads", required_argument, 0, 'j'},
+        {"device", required_argument, 0, 'D'},
         {"seed", required_argument, 0, 'S'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
@@ -239,6 +241,7 @@ int cmd_bench_scheduler(int argc, char **argv)
     int32_t max_batch = 64, step_tokens = 256, threads = 0;
     double temperature = 0;
     ifl_model_opts mo = {.cpu_layout = 1};
+    ifl_device want = IFL_DEVICE_AUTO, device;
     optind = 1;
     opterr = 0;
     int c;
@@ -292,6 +295,10 @@ int cmd_bench_scheduler(int argc, char **argv)
             if (cli_i32(cmd, "--threads", optarg, 1, 1024, &threads))
                 return 2;
             break;
+        case 'D':
+            if (cli_device(cmd, optarg, &want))
+                return 2;
+            break;
         case 'S':
             if (cli_u64(cmd, "--seed", optarg, &cfg.seed))
                 return 2;
@@ -331,6 +338,8 @@ int cmd_bench_scheduler(int argc, char **argv)
             return 1;
         }
     }
+    if (cli_resolve_device(cmd, want, &device, &mo))
+        goto out;
     if (ifl_model_load(&model, dir, &mo, &err)) {
         fprintf(stderr, "inflight bench: %s\n", err.msg);
         goto out;
@@ -363,7 +372,7 @@ int cmd_bench_scheduler(int argc, char **argv)
     bench_result res[2];
     for (int k = 0; k < n_pols; k++) {
         ifl_backend_params bp = {.max_seqs = max_batch, .max_tokens = step_tokens, .pool = pool};
-        ifl_backend *be = ifl_cpu_backend_new(&model, &bp, &err);
+        ifl_backend *be = ifl_backend_new(device, &model, &bp, &err);
         if (!be) {
             fprintf(stderr, "inflight bench: %s\n", err.msg);
             goto out;

@@ -28,7 +28,10 @@ static const char *const HELP =
     "  --special            a literal <|endoftext|> in the prompt is the end-of-text token\n"
     "  --weights T          hold weights as f32 | f16 | bf16 | auto (default auto: as stored)\n"
     "  --threads N          CPU threads (default: one per core)\n"
-    "  --device D           auto | cpu (default auto)\n";
+    "  --device D           auto | cpu | cuda (default auto: the GPU when this build has the CUDA\n"
+    "                       backend and one is present, else the CPU; the choice is printed)\n"
+    "  --logits-out FILE    write the logits of the last prompt token there (V little-endian\n"
+    "                       float32), e.g. to compare with another implementation\n";
 
 typedef struct {
     const ifl_tokenizer *tok;
@@ -73,6 +76,7 @@ int cmd_generate(int argc, char **argv)
         {"weights", required_argument, 0, 'w'},
         {"threads", required_argument, 0, 'T'},
         {"device", required_argument, 0, 'D'},
+        {"logits-out", required_argument, 0, 'L'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -81,7 +85,9 @@ int cmd_generate(int argc, char **argv)
     double temperature = 0.8, top_p = 0.95;
     int32_t top_k = 40;
     uint64_t seed = (uint64_t)time(NULL);
-    int ignore_eos = 0, print_ids = 0, special = 0, device_auto = 1;
+    int ignore_eos = 0, print_ids = 0, special = 0;
+    ifl_device want = IFL_DEVICE_AUTO, device;
+    const char *logits_path = NULL;
     ifl_model_opts mo = {.cpu_layout = 1};
     optind = 1;
     opterr = 0;
@@ -124,15 +130,10 @@ int cmd_generate(int argc, char **argv)
                 return 2;
             break;
         case 'D':
-            if (!strcmp(optarg, "cuda")) {
-                fprintf(stderr,
-                        "inflight generate: --device cuda: this build has no CUDA backend\n");
-                return 1;
-            }
-            if (strcmp(optarg, "auto") && strcmp(optarg, "cpu"))
-                return cli_usage_error(cmd, "--device must be auto, cpu or cuda");
-            device_auto = !strcmp(optarg, "auto");
+            if (cli_device(cmd, optarg, &want))
+                return 2;
             break;
+        case 'L': logits_path = optarg; break;
         case 'h': fputs(HELP, stdout); return 0;
         case ':': return cli_usage_error(cmd, "an option is missing its value");
         default: return cli_usage_error(cmd, "unknown option");
@@ -152,6 +153,7 @@ int cmd_generate(int argc, char **argv)
     ifl_backend *be = NULL;
     ifl_tokens ids = {0};
     char *stdin_prompt = NULL;
+    float *prompt_logits = NULL;
     stream_ctx sc = {0};
 
     if (!strcmp(prompt, "-")) {
@@ -163,6 +165,8 @@ int cmd_generate(int argc, char **argv)
         }
         prompt = stdin_prompt;
     }
+    if (cli_resolve_device(cmd, want, &device, &mo))
+        goto out;
     if (ifl_model_load(&model, dir, &mo, &err) || ifl_tokenizer_load(&tok, dir, &err)) {
         fprintf(stderr, "inflight generate: %s\n", err.msg);
         goto out;
@@ -184,16 +188,15 @@ int cmd_generate(int argc, char **argv)
     }
     ifl_backend_params bp = {.n_threads = threads, .max_seqs = 1};
     bp.kv_blocks = 0;
-    be = ifl_cpu_backend_new(&model, &bp, &err);
+    be = ifl_backend_new(device, &model, &bp, &err);
     if (!be) {
         fprintf(stderr, "inflight generate: %s\n", err.msg);
         goto out;
     }
     char desc[256];
     be->ops->describe(be, desc, sizeof desc);
-    fprintf(stderr, "inflight generate: %s (%d layers, %d wide); %s%s\n", dir, model.cfg.n_layer,
-            model.cfg.n_embd, desc,
-            device_auto ? " (device auto: this build has no CUDA backend)" : "");
+    fprintf(stderr, "inflight generate: %s (%d layers, %d wide); %s\n", dir, model.cfg.n_layer,
+            model.cfg.n_embd, desc);
 
     sc.tok = tok;
     sc.ids = print_ids;
@@ -208,6 +211,14 @@ int cmd_generate(int argc, char **argv)
         .on_token = on_token,
         .ud = &sc,
     };
+    if (logits_path) {
+        prompt_logits = malloc((size_t)model.cfg.n_vocab * sizeof *prompt_logits);
+        if (!prompt_logits) {
+            fprintf(stderr, "inflight generate: out of memory\n");
+            goto out;
+        }
+        go.logits_out = prompt_logits;
+    }
     ifl_generate_stats st;
     if (!sc.buf || ifl_generate(be, ids.ids, (int32_t)ids.n, &go, &st, &err)) {
         fprintf(stderr, "\ninflight generate: %s\n", sc.buf ? err.msg : "out of memory");
@@ -220,6 +231,11 @@ int cmd_generate(int argc, char **argv)
     }
     printf("\n");
     fflush(stdout);
+    if (logits_path && ifl_write_file(logits_path, prompt_logits,
+                                      (size_t)model.cfg.n_vocab * sizeof(float), &err)) {
+        fprintf(stderr, "inflight generate: --logits-out: %s\n", err.msg);
+        goto out;
+    }
     int32_t decoded = st.n_generated > 1 ? st.n_generated - 1 : 0;
     fprintf(stderr,
             "inflight generate: prompt %d tokens in %.1f ms (%.1f tok/s); generated %d tokens, "
@@ -230,6 +246,7 @@ int cmd_generate(int argc, char **argv)
             (unsigned long long)seed);
     rc = 0;
 out:
+    free(prompt_logits);
     free(sc.buf);
     free(stdin_prompt);
     ifl_tokens_free(&ids);

@@ -32,17 +32,24 @@ int main(int argc, char **argv)
         const char *name;
         int (*fn)(int, char **);
     } cmds[] = {
-        {"generate", cmd_generate},
-        {"tokenize", cmd_tokenize},
-        {"make-model", cmd_make_model},
+        {"generate", cmd_generate}, {"tokenize", cmd_tokenize}, {"make-model", cmd_make_model},
         {"bench", cmd_bench},
-        {"serve", cmd_serve},
-        {"client", cmd_client},
-        {"db", cmd_db},
+#ifdef INFLIGHT_HAVE_SERVER
+        {"serve", cmd_serve},       {"client", cmd_client},     {"db", cmd_db},
+#endif
     };
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (!strcmp(cmd, cmds[i].name))
             return cmds[i].fn(argc - 1, argv + 1);
+#ifndef INFLIGHT_HAVE_SERVER
+    if (!strcmp(cmd, "serve") || !strcmp(cmd, "client") || !strcmp(cmd, "db")) {
+        fprintf(stderr,
+                "inflight: '%s' is not in this build (configured with INFLIGHT_SERVER=OFF: "
+                "no libwebsockets or SQLite)\n",
+                cmd);
+        return 2;
+    }
+#endif
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("inflight %s\n", INFLIGHT_VERSION);
         return 0;

@@ -1,5 +1,6 @@
 /* backend.c: what every backend shares: default parameters and batch validation (see backend.h). */
 #include "backend.h"
+#include "philox.h"
 
 #include <stddef.h>
 
@@ -59,5 +60,20 @@ int ifl_batch_validate(const ifl_backend *be, const ifl_batch *b, ifl_err *err)
                     err, "batch: token %d (sequence %d) is %d, outside the vocabulary [0, %d)", i,
                     s, b->tokens[i], c->n_vocab);
     }
+    return 0;
+}
+
+int ifl_backend_step_sample(ifl_backend *be, const ifl_batch *b, const ifl_sample_req *req,
+                            int32_t *tokens, float *logits, ifl_sampler *sampler, ifl_err *err)
+{
+    if (be->ops->step_sample)
+        return be->ops->step_sample(be, b, req, tokens, err);
+    if (ifl_backend_step(be, b, logits, err))
+        return -1;
+    int32_t V = be->model->cfg.n_vocab;
+    for (int32_t s = 0; s < b->n_seqs; s++)
+        tokens[s] = req[s].active ? ifl_sample_u(sampler, logits + (size_t)s * V, &req[s].sampling,
+                                                 ifl_philox_uniform(req[s].seed, req[s].draw))
+                                  : -1;
     return 0;
 }

@@ -13,6 +13,7 @@
 
 #include "error.h"
 #include "model.h"
+#include "sampler.h"
 
 typedef struct {
     int32_t n_seqs;           /* S */
@@ -38,11 +39,25 @@ typedef struct {
 
 typedef struct ifl_backend ifl_backend;
 
+/* What one run's next token is drawn with, for backends that sample on the device. Draw `draw` of
+ * a request with seed `seed` uses the Philox stream value ifl_philox_bits53(seed, draw) (philox.h),
+ * on every backend, so a seeded request reproduces however it is batched. */
+typedef struct {
+    ifl_sampling sampling;
+    uint64_t seed;
+    uint64_t draw;  /* tokens the request has generated so far */
+    int32_t active; /* 0: no token wanted (a prefill chunk that does not end the prompt) */
+} ifl_sample_req;
+
 typedef struct {
     const char *name;
     void (*free)(ifl_backend *be);
     /* Runs one step and writes logits (S, V): row s is the last token of run s. */
     int (*step)(ifl_backend *be, const ifl_batch *batch, float *logits, ifl_err *err);
+    /* Optional: runs one step and draws the next token of every active run on the device, so that
+     * only S token ids cross back instead of S x V logits. tokens[s] is -1 for inactive runs. */
+    int (*step_sample)(ifl_backend *be, const ifl_batch *batch, const ifl_sample_req *req,
+                       int32_t *tokens, ifl_err *err);
     /* Optional: a one-line description of the device and its settings. NULL: name only. */
     void (*describe)(const ifl_backend *be, char *buf, int cap);
 } ifl_backend_ops;
@@ -62,6 +77,35 @@ int ifl_batch_validate(const ifl_backend *be, const ifl_batch *b, ifl_err *err);
 
 /* The CPU backend (OpenBLAS + own kernels). */
 ifl_backend *ifl_cpu_backend_new(const ifl_model *m, const ifl_backend_params *p, ifl_err *err);
+
+/* Which device a backend runs on, as asked for by --device. */
+typedef enum {
+    IFL_DEVICE_AUTO =
+        0, /* the GPU when this build has the CUDA backend and a GPU works, else CPU */
+    IFL_DEVICE_CPU = 1,
+    IFL_DEVICE_CUDA = 2,
+} ifl_device;
+
+/* "auto" | "cpu" | "cuda"; -1 for anything else. */
+int ifl_device_parse(const char *s, ifl_device *out);
+
+/* Resolves AUTO: writes the chosen device and, into why, one line saying why (e.g. "auto: NVIDIA
+ * H200 found" or "auto: this build has no CUDA backend"). CUDA asked for without a usable GPU is an
+ * error naming the reason. */
+int ifl_device_resolve(ifl_device want, ifl_device *got, char *why, int why_cap, ifl_err *err);
+
+/* How the model must be loaded for a device's backend (the CPU wants its panel layouts). */
+int ifl_device_wants_cpu_layout(ifl_device d);
+
+/* A backend on a resolved device (CPU or CUDA). The CUDA backend holds weights in bf16, or f16
+ * when the model's matrices are f16 (--weights f16). */
+ifl_backend *ifl_backend_new(ifl_device d, const ifl_model *m, const ifl_backend_params *p,
+                             ifl_err *err);
+
+/* Runs the step and draws every active run's next token: on the device when the backend can,
+ * else from host logits with the CPU sampler (logits: S x V scratch; sampler: V candidates). */
+int ifl_backend_step_sample(ifl_backend *be, const ifl_batch *b, const ifl_sample_req *req,
+                            int32_t *tokens, float *logits, ifl_sampler *sampler, ifl_err *err);
 
 static inline int ifl_backend_step(ifl_backend *be, const ifl_batch *b, float *logits, ifl_err *err)
 {

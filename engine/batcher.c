@@ -56,7 +56,7 @@ typedef struct req {
     int32_t n_prompt;
     int32_t max_tokens;
     ifl_sampling sampling;
-    ifl_rng rng;
+    uint64_t seed; /* its Philox stream: draw n is ifl_philox_bits53(seed, n) (philox.h) */
     int ignore_eos;
     int n_stop;
     char stop[IFL_MAX_STOPS][IFL_MAX_STOP_BYTES + 1];
@@ -102,7 +102,9 @@ struct ifl_batcher {
     /* batcher thread only */
     ifl_kv_pool pool;
     ifl_sampler sampler;
-    float *logits; /* (max_batch, V) */
+    float *logits; /* (max_batch, V), for backends that do not sample on the device */
+    ifl_sample_req *sreq;
+    int32_t *next_tok;
     int32_t *tokens, *run_start, *pos0, *nblk;
     const int32_t **tables;
     req **in_step;
@@ -332,7 +334,7 @@ ifl_submit_status ifl_batcher_submit(ifl_batcher *b, const ifl_request_params *p
     r->user = p->user;
     r->max_tokens = p->max_tokens;
     r->sampling = p->sampling;
-    ifl_rng_seed(&r->rng, p->seed);
+    r->seed = p->seed;
     r->ignore_eos = p->ignore_eos;
     r->n_stop = p->n_stop;
     for (int i = 0; i < p->n_stop; i++) {
@@ -616,7 +618,6 @@ static int32_t admit(ifl_batcher *b, int32_t budget_left)
 static void *batcher_main(void *arg)
 {
     ifl_batcher *b = arg;
-    const int32_t V = b->cfg->n_vocab;
     req *cancelled[1024];
     for (;;) {
         pthread_mutex_lock(&b->lock);
@@ -688,6 +689,12 @@ static void *batcher_main(void *arg)
                 b->nblk[S] = r->kv.n_blocks;
                 b->step_ids[S] = r->id;
                 b->step_prefill[S] = (uint8_t)prefilling;
+                /* a token is drawn only after the run that ends the prompt, or a decode run */
+                b->sreq[S] =
+                    (ifl_sample_req){.sampling = r->sampling,
+                                     .seed = r->seed,
+                                     .draw = (uint64_t)r->n_generated,
+                                     .active = !prefilling || r->n_done + len >= r->n_prompt};
                 order[S++] = r;
                 T += len;
                 budget -= len;
@@ -705,7 +712,8 @@ static void *batcher_main(void *arg)
                            .block_tables = b->tables,
                            .n_blocks = b->nblk};
         ifl_err err;
-        if (ifl_backend_step(b->be, &batch, b->logits, &err)) {
+        if (ifl_backend_step_sample(b->be, &batch, b->sreq, b->next_tok, b->logits, &b->sampler,
+                                    &err)) {
             for (int32_t i = 0; i < S; i++)
                 finish_running(b, order[i], IFL_FINISH_ERROR, err.msg);
             continue;
@@ -719,7 +727,7 @@ static void *batcher_main(void *arg)
                 if (r->n_done < r->n_prompt)
                     continue; /* more prompt to come: these logits are not a prediction */
             }
-            int32_t tok = ifl_sample(&b->sampler, b->logits + (size_t)i * V, &r->sampling, &r->rng);
+            int32_t tok = b->next_tok[i];
             generated++;
             int f = take_token(b, r, tok);
             if (f >= 0)
@@ -770,6 +778,8 @@ static void batcher_free(ifl_batcher *b)
     ifl_kv_pool_free(&b->pool);
     ifl_sampler_free(&b->sampler);
     free(b->logits);
+    free(b->sreq);
+    free(b->next_tok);
     free(b->tokens);
     free(b->run_start);
     free(b->pos0);
@@ -827,6 +837,8 @@ ifl_batcher *ifl_batcher_start(ifl_backend *be, const ifl_batcher_params *params
     b->running = calloc((size_t)S, sizeof *b->running);
     b->in_step = calloc((size_t)S, sizeof *b->in_step);
     b->logits = malloc((size_t)S * V * sizeof *b->logits);
+    b->sreq = calloc((size_t)S, sizeof *b->sreq);
+    b->next_tok = malloc((size_t)S * sizeof *b->next_tok);
     b->tokens = malloc((size_t)T * sizeof *b->tokens);
     b->run_start = malloc((size_t)(S + 1) * sizeof *b->run_start);
     b->pos0 = malloc((size_t)S * sizeof *b->pos0);
@@ -834,8 +846,8 @@ ifl_batcher *ifl_batcher_start(ifl_backend *be, const ifl_batcher_params *params
     b->tables = malloc((size_t)S * sizeof *b->tables);
     b->step_ids = malloc((size_t)S * sizeof *b->step_ids);
     b->step_prefill = malloc((size_t)S);
-    if (!b->running || !b->in_step || !b->logits || !b->tokens || !b->run_start || !b->pos0 ||
-        !b->nblk || !b->tables || !b->step_ids || !b->step_prefill) {
+    if (!b->running || !b->in_step || !b->logits || !b->sreq || !b->next_tok || !b->tokens ||
+        !b->run_start || !b->pos0 || !b->nblk || !b->tables || !b->step_ids || !b->step_prefill) {
         ifl_err_set(err, "batcher: out of memory");
         goto fail;
     }

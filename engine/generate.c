@@ -1,5 +1,6 @@
 /* generate.c: single-sequence generation over the step interface (see generate.h). */
 #include "generate.h"
+#include "philox.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -44,13 +45,15 @@ int ifl_generate(ifl_backend *be, const int32_t *prompt, int32_t n_prompt,
         ifl_err_set(err, "out of memory");
         goto out;
     }
-    ifl_rng rng;
-    ifl_rng_seed(&rng, o->seed);
     int32_t run_start[2];
     const int32_t *tables[1] = {seq.blocks};
     ifl_batch b = {
         .n_seqs = 1, .run_start = run_start, .block_tables = tables, .n_blocks = &seq.n_blocks};
-    int32_t pos = 0;
+    int32_t pos = 0, tok = -1;
+    /* The step that ends the prompt and every decode step draw the next token through
+     * ifl_backend_step_sample (on the device when the backend can); only when the caller wants
+     * the prompt's logits does the first draw happen here from host logits. */
+    ifl_sample_req sreq = {.sampling = o->sampling, .seed = o->seed, .draw = 0, .active = 1};
     double t0 = ifl_now_s();
     while (pos < n_prompt) {
         int32_t len = n_prompt - pos < bp->max_tokens ? n_prompt - pos : bp->max_tokens;
@@ -59,16 +62,19 @@ int ifl_generate(ifl_backend *be, const int32_t *prompt, int32_t n_prompt,
         b.n_tokens = len;
         b.tokens = prompt + pos;
         b.pos0 = &pos;
-        if (ifl_backend_step(be, &b, logits, err))
+        int sample_here = pos + len == n_prompt && !o->logits_out && o->max_new > 0;
+        if (sample_here ? ifl_backend_step_sample(be, &b, &sreq, &tok, logits, &sampler, err)
+                        : ifl_backend_step(be, &b, logits, err))
             goto out;
         pos += len;
     }
     st->prefill_s = ifl_now_s() - t0;
     if (o->logits_out)
         memcpy(o->logits_out, logits, (size_t)c->n_vocab * sizeof *logits);
+    if (o->max_new > 0 && tok < 0)
+        tok = ifl_sample_u(&sampler, logits, &o->sampling, ifl_philox_uniform(o->seed, 0));
     double t1 = ifl_now_s();
     for (int32_t i = 0; i < o->max_new; i++) {
-        int32_t tok = ifl_sample(&sampler, logits, &o->sampling, &rng);
         st->n_generated++;
         if (o->on_token && o->on_token(o->ud, tok)) {
             st->finish_reason = "stopped";
@@ -83,9 +89,11 @@ int ifl_generate(ifl_backend *be, const int32_t *prompt, int32_t n_prompt,
         run_start[0] = 0;
         run_start[1] = 1;
         b.n_tokens = 1;
-        b.tokens = &tok;
+        int32_t in = tok;
+        b.tokens = &in;
         b.pos0 = &pos;
-        if (ifl_backend_step(be, &b, logits, err))
+        sreq.draw = (uint64_t)i + 1;
+        if (ifl_backend_step_sample(be, &b, &sreq, &tok, logits, &sampler, err))
             goto out;
         pos++;
     }

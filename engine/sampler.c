@@ -91,8 +91,13 @@ static void select_top(ifl_sample_cand *c, int32_t n, int32_t k)
 
 int32_t ifl_sample(ifl_sampler *s, const float *logits, const ifl_sampling *p, ifl_rng *rng)
 {
+    return ifl_sample_u(s, logits, p, ifl_sampling_is_greedy(p) ? 0.0 : ifl_rng_uniform(rng));
+}
+
+int32_t ifl_sample_u(ifl_sampler *s, const float *logits, const ifl_sampling *p, double u)
+{
     int32_t V = s->n_vocab;
-    if (p->temperature <= 0.0f || p->top_k == 1) {
+    if (ifl_sampling_is_greedy(p)) {
         int32_t best = 0;
         for (int32_t i = 1; i < V; i++)
             if (logits[i] > logits[best])
@@ -169,7 +174,8 @@ int32_t ifl_sample(ifl_sampler *s, const float *logits, const ifl_sampling *p, i
      * kernel) could alter. */
     if (reordered)
         qsort(c, (size_t)n, sizeof *c, cmp_id);
-    double u = ifl_rng_uniform(rng) * total, cum = 0;
+    u *= total;
+    double cum = 0;
     for (int32_t i = 0; i < n; i++) {
         cum += c[i].p;
         if (u < cum)

@@ -37,4 +37,14 @@ int ifl_sampling_validate(const ifl_sampling *p, ifl_err *err);
 /* Picks a token from logits (V). Greedy draws no random number; every other mode draws one. */
 int32_t ifl_sample(ifl_sampler *s, const float *logits, const ifl_sampling *p, ifl_rng *rng);
 
+/* The same with the uniform number u in [0, 1) given (ignored when greedy): what the batcher and
+ * generate use, with u = ifl_philox_uniform(seed, draw) (philox.h). */
+int32_t ifl_sample_u(ifl_sampler *s, const float *logits, const ifl_sampling *p, double u);
+
+/* 1 when p picks the argmax without drawing (temperature 0 or top_k 1). */
+static inline int ifl_sampling_is_greedy(const ifl_sampling *p)
+{
+    return p->temperature <= 0.0f || p->top_k == 1;
+}
+
 #endif

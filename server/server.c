@@ -171,6 +171,8 @@ typedef struct {
     ifl_backend *be[2];
     ifl_batcher *b[2];
     char device_desc[256];
+    ifl_device device;    /* resolved before the loader starts */
+    char device_why[320]; /* why that device (--device auto says what it found) */
     atomic_int ready, load_failed, load_done;
     char load_error[IFL_ERR_MAX];
     pthread_t loader;
@@ -1489,7 +1491,9 @@ static void *loader_main(void *arg)
     const ifl_server_opts *o = s->o;
     ifl_err err;
     double t0 = ifl_now_s();
-    if (ifl_model_load(&s->model, o->model_dir, &o->model_opts, &err))
+    ifl_model_opts mo = o->model_opts;
+    mo.cpu_layout = ifl_device_wants_cpu_layout(s->device);
+    if (ifl_model_load(&s->model, o->model_dir, &mo, &err))
         goto fail;
     if (ifl_tokenizer_load(&s->tok, o->vocab_dir ? o->vocab_dir : o->model_dir, &err)) {
         if (o->vocab_dir)
@@ -1498,10 +1502,12 @@ static void *loader_main(void *arg)
         if (ifl_tokenizer_load(&s->tok, INFLIGHT_DEFAULT_VOCAB_DIR, &err2))
             goto fail;
     }
-    s->pool = ifl_threadpool_new(o->threads > 0 ? o->threads : ifl_n_cores());
-    if (!s->pool) {
-        ifl_err_set(&err, "cannot start the CPU threads");
-        goto fail;
+    if (s->device == IFL_DEVICE_CPU) {
+        s->pool = ifl_threadpool_new(o->threads > 0 ? o->threads : ifl_n_cores());
+        if (!s->pool) {
+            ifl_err_set(&err, "cannot start the CPU threads");
+            goto fail;
+        }
     }
     int32_t step_tokens = o->step_tokens < o->max_batch ? o->max_batch : o->step_tokens;
     for (int p = 0; p < 2; p++) {
@@ -1511,7 +1517,7 @@ static void *loader_main(void *arg)
                                  .pool = s->pool};
         if (o->kv_mem_mb > 0)
             ifl_backend_params_fill(&bp, &s->model, o->kv_mem_mb);
-        s->be[p] = ifl_cpu_backend_new(&s->model, &bp, &err);
+        s->be[p] = ifl_backend_new(s->device, &s->model, &bp, &err);
         if (!s->be[p])
             goto fail;
         ifl_batcher_params bpp = {.policy = (ifl_policy)p,
@@ -1540,9 +1546,7 @@ static void *loader_main(void *arg)
         printf("inflight serve: model %s: %d layers, %d heads, %d wide, context %d, weights %s\n",
                o->model_dir, s->model.cfg.n_layer, s->model.cfg.n_head, s->model.cfg.n_embd,
                s->model.cfg.n_ctx, ifl_model_dtype_name(&s->model));
-        printf("inflight serve: device %s (%s)\n", s->device_desc,
-               !strcmp(o->device, "auto") ? "auto: this build has no CUDA backend, using the CPU"
-                                          : "as asked");
+        printf("inflight serve: device %s (%s)\n", s->device_desc, s->device_why);
         printf("inflight serve: batchers iterative + static: max_batch %d, max_queue %d, step "
                "budget %d tokens, KV %d blocks x %d tokens each\n",
                o->max_batch, o->max_queue, step_tokens, gp->kv_blocks, gp->kv_block_size);
@@ -1676,12 +1680,18 @@ int ifl_server_run(const ifl_server_opts *o)
                             .def_temperature = o->default_temperature,
                             .def_top_p = o->default_top_p,
                             .def_top_k = o->default_top_k};
-    if (strcmp(o->device, "auto") && strcmp(o->device, "cpu")) {
-        fprintf(stderr,
-                "inflight serve: --device %s: this build has no CUDA backend (built "
-                "without nvcc, or before cuda/ existed); use --device cpu or auto\n",
-                o->device);
-        goto out;
+    {
+        ifl_device want;
+        ifl_err derr;
+        if (ifl_device_parse(o->device, &want)) {
+            fprintf(stderr, "inflight serve: --device must be auto, cpu or cuda, not '%s'\n",
+                    o->device);
+            goto out;
+        }
+        if (ifl_device_resolve(want, &s->device, s->device_why, sizeof s->device_why, &derr)) {
+            fprintf(stderr, "inflight serve: %s\n", derr.msg);
+            goto out;
+        }
     }
 
     if (o->db_path) {

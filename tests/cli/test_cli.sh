@@ -83,7 +83,24 @@ expect_exit 2 "--top-p" "$bin" generate --model "$m" --prompt hi --top-p 0
 expect_exit 2 "--weights: 'q8'" "$bin" generate --model "$m" --prompt hi --weights q8
 expect_exit 2 "--prompt TEXT is required" "$bin" generate --model "$m"
 expect_exit 2 "unknown option" "$bin" generate --model "$m" --prompt hi --frobnicate
-expect_exit 1 "no CUDA backend" "$bin" generate --model "$m" --prompt hi --device cuda
+# --device: auto says what it chose and why; cuda fails with the reason exactly when auto did not
+# find a usable GPU (this build has no CUDA backend, or no driver / no device), else it works.
+"$bin" generate --model "$m" --prompt hi -n 1 --device auto >/dev/null 2>"$tmp/auto"
+check "--device auto names the device and why" grep -qE "device (cpu|cuda) \(auto: " "$tmp/auto"
+if grep -q "device cpu (auto: " "$tmp/auto"; then
+  expect_exit 1 "--device cuda: (this build has no CUDA backend|no usable CUDA device|no CUDA device)" \
+    "$bin" generate --model "$m" --prompt hi --device cuda
+else
+  check "--device cuda generates where auto found a GPU" \
+    sh -c "'$bin' generate --model '$m' --prompt hi -n 3 --device cuda --ids >/dev/null 2>&1"
+fi
+expect_exit 2 "--device must be auto, cpu or cuda, not 'tpu'" "$bin" generate --model "$m" --prompt hi --device tpu
+# --logits-out: V float32 of the last prompt token, whose argmax is the greedy first token
+"$bin" generate --model "$m" --prompt "Once upon a time" -n 1 --temperature 0 --ids --device cpu \
+  --logits-out "$tmp/logits.f32" >"$tmp/first" 2>/dev/null
+check "--logits-out writes 50257 float32" test "$(stat -c %s "$tmp/logits.f32")" -eq $((50257 * 4))
+am=$(python3 -c 'import array,sys; a=array.array("f"); a.frombytes(open(sys.argv[1],"rb").read()); print(max(range(len(a)), key=lambda i: (a[i], -i)))' "$tmp/logits.f32")
+check "--logits-out argmax ($am) is the greedy first token ($(cat "$tmp/first"))" test "$am" = "$(tr -d ' \n' <"$tmp/first")"
 cp -r "$m" "$tmp/trunc"
 head -c 100000 "$m/model.safetensors" >"$tmp/trunc/model.safetensors"
 expect_exit 1 "truncated" "$bin" generate --model "$tmp/trunc" --prompt hi

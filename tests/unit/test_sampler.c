@@ -1,19 +1,69 @@
 /* test_sampler.c: greedy is argmax (lowest id on ties); top-k and top-p keep exactly the right
  * support; sampled frequencies match the softmax at the temperature (a chi-square bound over 200k
  * draws); a seed gives the same sequence every time and different seeds differ; bad parameters are
- * rejected with a message. Also the KV pool accounting: all-or-nothing reservations, no leaks. */
+ * rejected with a message; Philox4x32-10 matches its published known answers. Also the KV pool
+ * accounting: all-or-nothing reservations, no leaks. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kv.h"
+#include "philox.h"
 #include "sampler.h"
 #include "testutil.h"
 
 #define V 1000
 
+/* Philox4x32-10 against the Random123 known-answer vectors (kat_vectors, philox4x32 10), and the
+ * sampler's use of it: ifl_philox_uniform has the mean and variance of U[0, 1), bits53 < 2^53, and
+ * a draw is a pure function of (seed, draw). */
+static void test_philox(void)
+{
+    static const struct {
+        uint32_t ctr[4], key[2], out[4];
+    } kat[] = {
+        {{0, 0, 0, 0}, {0, 0}, {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}},
+        {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff},
+         {0xffffffff, 0xffffffff},
+         {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}},
+        {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344},
+         {0xa4093822, 0x299f31d0},
+         {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}},
+    };
+    for (size_t v = 0; v < sizeof kat / sizeof kat[0]; v++) {
+        uint32_t out[4];
+        ifl_philox4x32_10(kat[v].ctr, kat[v].key, out);
+        CHECKF(!memcmp(out, kat[v].out, sizeof out),
+               "philox4x32-10 vector %zu: got %08x %08x %08x %08x, want %08x %08x %08x %08x", v,
+               out[0], out[1], out[2], out[3], kat[v].out[0], kat[v].out[1], kat[v].out[2],
+               kat[v].out[3]);
+    }
+
+    int n = 100000, over = 0;
+    double sum = 0, sum2 = 0;
+    for (int d = 0; d < n; d++) {
+        uint64_t b = ifl_philox_bits53(12345, (uint64_t)d);
+        over += b >= (1ull << 53);
+        double u = ifl_philox_uniform(12345, (uint64_t)d);
+        sum += u;
+        sum2 += u * u;
+    }
+    double mean = sum / n, var = sum2 / n - mean * mean;
+    /* U[0, 1): mean 1/2 (sd of the estimate 0.29 / sqrt(n) = 0.0009), variance 1/12 = 0.08333 (sd
+     * of the estimate ~0.0003): 6 sigma bounds. */
+    CHECKF(over == 0, "%d bits53 values >= 2^53", over);
+    CHECKF(fabs(mean - 0.5) < 0.0055, "philox uniform mean %.5f", mean);
+    CHECKF(fabs(var - 1.0 / 12) < 0.002, "philox uniform variance %.5f", var);
+    printf("philox: known answers checked; %d uniforms: mean %.5f, variance %.5f\n", n, mean, var);
+    CHECK(ifl_philox_bits53(7, 99) == ifl_philox_bits53(7, 99));
+    CHECK(ifl_philox_bits53(7, 99) != ifl_philox_bits53(8, 99));
+    CHECK(ifl_philox_bits53(7, 99) != ifl_philox_bits53(7, 100));
+    CHECK(ifl_philox_bits53(7, 99) != ifl_philox_bits53(7, 99 + (1ull << 32)));
+}
+
 int main(void)
 {
+    test_philox();
     ifl_sampler s;
     ifl_err err;
     if (ifl_sampler_init(&s, V, &err)) {

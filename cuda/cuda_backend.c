@@ -1,0 +1,664 @@
+/* cuda_backend.c: the GPT-2 forward pass on an NVIDIA GPU behind the backend interface
+ * (backend.h, cuda_backend.h): the host side, in C. Kernels are in the .cu files (kernels.h).
+ *
+ * One step over a ragged batch of T tokens from S sequences, all on one stream:
+ *   meta  <- tokens, positions, KV slots, key counts, block tables  (one host-to-device copy)
+ *   x = wte[tok] + wpe[pos]                         embed.cu          (T, C) f32
+ *   xn = LN1(x)                                     layernorm.cu      (T, C) w
+ *   per layer: qkv = xn Wqkv                        cuBLAS            (T, 3C) f32
+ *              qkv += b; pool <- k, v               kv.cu
+ *              att = attention(q, pool)             attention.cu      (T, C) w
+ *              tmp = att Wproj                      cuBLAS            (T, C) f32
+ *              x += tmp + b; xn = LN2(x)            layernorm.cu
+ *              tmp = xn Wfc                         cuBLAS            (T, F) f32
+ *              ff = gelu(tmp + b)                   gelu.cu           (T, F) w
+ *              tmp = ff Wmproj                      cuBLAS            (T, C) f32
+ *              x += tmp + b; xn = LN1'(x)           layernorm.cu (the next layer's LN1)
+ *   xf = LNf(x[last token of each run])             layernorm.cu      (S, C) w
+ *   logits = xf wte^T                               cuBLAS            (S, V) f32
+ * where w is the weights' dtype (bf16, or f16): the GEMMs read w and accumulate in f32 on the
+ * tensor cores (cublasGemmEx, CUBLAS_COMPUTE_32F). Then either the logits are copied to the host
+ * (step) or sample.cu draws each run's next token and only S ids come back (step_sample).
+ *
+ * Decode-only steps (every run one token) have a fixed shape for a given S, so they are captured
+ * once per batch-size bucket (1, 2, 4, ..., max_seqs) as a CUDA graph and replayed: the metadata
+ * lives at fixed device addresses, rows past S are padding (no KV slot, no keys, never sampled).
+ * A bucket's first step runs eagerly (loading kernels and cuBLAS's choices), its second is
+ * captured. IFL_CUDA_GRAPHS=0 in the environment turns graphs off. Prefill steps run eagerly.
+ *
+ * Every CUDA and cuBLAS call is checked; an error names the call, the file and the line. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "cuda_backend.h"
+#include "kernels.h"
+
+#define N_BUCKETS 16
+
+typedef struct {
+    void *qkv_w, *proj_w, *fc_w, *mproj_w;
+    float *ln1_w, *ln1_b, *qkv_b, *proj_b, *ln2_w, *ln2_b, *fc_b, *mproj_b;
+} dev_layer;
+
+/* Step metadata: one pinned host buffer mirrored by one device buffer, sections at fixed
+ * offsets (int32 elements) so that captured graphs can keep reading the same addresses. */
+typedef struct {
+    size_t tokens, pos, kv_slot, n_keys, table_row; /* (max_T) each */
+    size_t last_row;                                /* (max_S) */
+    size_t tables;                                  /* (max_S, max_blocks) */
+    size_t n_ints;
+} meta_layout;
+
+typedef struct {
+    ifl_backend base;
+    char dev_desc[160];
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    void *blas_ws;
+    size_t blas_ws_bytes;
+    ifl_dtype wdt;        /* weights, GEMM inputs and the KV pool */
+    cudaDataType_t wtype; /* the same, for cuBLAS */
+    int32_t L, H, D, C, F, V, P, BS;
+    int32_t max_T, max_S, max_blocks;
+    float attn_scale;
+    int erf_gelu;
+    float eps;
+    /* weights: one allocation */
+    void *wmem;
+    size_t wbytes;
+    dev_layer *layers; /* (L) host array of device pointers */
+    void *wte, *wpe, *lm_head;
+    float *lnf_w, *lnf_b;
+    /* the KV pool */
+    void *kv;
+    size_t kv_bytes;
+    /* activations: one allocation */
+    void *amem;
+    size_t abytes;
+    float *x, *qkv, *tmp, *logits;
+    void *xn, *att, *ff, *xf;
+    /* metadata and sampling I/O */
+    meta_layout ml;
+    int32_t *h_meta, *d_meta;
+    ifl_cuda_sample_req *h_sreq, *d_sreq;
+    int32_t *h_tok, *d_tok;
+    void *sample_scratch;
+    /* decode graphs */
+    int use_graphs;
+    int32_t bucket_size[N_BUCKETS];
+    int n_buckets;
+    int bucket_seen[N_BUCKETS];
+    cudaGraphExec_t graph[N_BUCKETS];
+    int64_t steps, graph_steps;
+} cuda_backend;
+
+/* ---- error checking -------------------------------------------------------------------------- */
+
+static int cuda_fail(ifl_err *err, cudaError_t e, const char *call, const char *file, int line)
+{
+    if (e == cudaErrorMemoryAllocation) {
+        size_t fr = 0, tot = 0;
+        cudaGetLastError(); /* clear it so cudaMemGetInfo can answer */
+        if (cudaMemGetInfo(&fr, &tot) == cudaSuccess)
+            return ifl_err_set(err,
+                               "CUDA out of memory: %s at %s:%d (the device has %.0f MiB free of "
+                               "%.0f MiB)",
+                               call, file, line, (double)fr / 1048576.0, (double)tot / 1048576.0);
+    }
+    return ifl_err_set(err, "%s failed: %s (%s) at %s:%d", call, cudaGetErrorString(e),
+                       cudaGetErrorName(e), file, line);
+}
+
+static int blas_fail(ifl_err *err, cublasStatus_t s, const char *call, const char *file, int line)
+{
+    return ifl_err_set(err, "%s failed: %s (%d) at %s:%d", call, cublasGetStatusString(s), (int)s,
+                       file, line);
+}
+
+#define CU(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess)                                                                     \
+            return cuda_fail(err, e_, #call, __FILE__, __LINE__);                                  \
+    } while (0)
+
+#define BLAS(call)                                                                                 \
+    do {                                                                                           \
+        cublasStatus_t s_ = (call);                                                                \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                           \
+            return blas_fail(err, s_, #call, __FILE__, __LINE__);                                  \
+    } while (0)
+
+/* A kernel launcher's status (kernels.h returns cudaError_t as int). */
+#define KERNEL(call)                                                                               \
+    do {                                                                                           \
+        int k_ = (call);                                                                           \
+        if (k_ != 0)                                                                               \
+            return cuda_fail(err, (cudaError_t)k_, #call, __FILE__, __LINE__);                     \
+    } while (0)
+
+/* ---- the probe ------------------------------------------------------------------------------- */
+
+int ifl_cuda_probe(char *desc, int cap, ifl_err *err)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess)
+        return ifl_err_set(err, "no usable CUDA device: cudaGetDeviceCount: %s (%s)",
+                           cudaGetErrorString(e), cudaGetErrorName(e));
+    if (n < 1)
+        return ifl_err_set(err, "no CUDA device found");
+    struct cudaDeviceProp prop;
+    e = cudaGetDeviceProperties(&prop, 0);
+    if (e != cudaSuccess)
+        return ifl_err_set(err, "cudaGetDeviceProperties(0): %s", cudaGetErrorString(e));
+    e = (cudaError_t)ifl_cuda_kernels_loadable();
+    if (e != cudaSuccess)
+        return ifl_err_set(err,
+                           "CUDA device 0 (%s, sm_%d%d) cannot run this build's kernels: %s (the "
+                           "build targets CMAKE_CUDA_ARCHITECTURES %s; rebuild with %d%d)",
+                           prop.name, prop.major, prop.minor, cudaGetErrorString(e),
+                           INFLIGHT_CUDA_ARCHS, prop.major, prop.minor);
+    if (desc && cap > 0)
+        snprintf(desc, (size_t)cap, "%s, sm_%d%d, %.1f GiB", prop.name, prop.major, prop.minor,
+                 (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
+    return 0;
+}
+
+/* ---- the forward pass ------------------------------------------------------------------------ */
+
+/* y (M, N) f32 = x (M, K) @ W (K, N), everything row-major; W and x in the weights' dtype. In
+ * cuBLAS's column-major terms: y^T (N, M) = W^T (N, K) x^T (K, M). */
+static int gemm_kn(cuda_backend *be, float *y, const void *x, const void *W, int32_t M, int32_t K,
+                   int32_t N, ifl_err *err)
+{
+    const float one = 1.0f, zero = 0.0f;
+    BLAS(cublasGemmEx(be->blas, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &one, W, be->wtype, N, x,
+                      be->wtype, K, &zero, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
+                      CUBLAS_GEMM_DEFAULT));
+    return 0;
+}
+
+/* Enqueues the forward pass for T token rows and S sequence rows whose metadata is on the device
+ * (d_meta). Nothing here synchronises, so it can be captured into a graph. */
+static int forward(cuda_backend *be, int32_t T, int32_t S, ifl_err *err)
+{
+    cudaStream_t st = be->stream;
+    const meta_layout *ml = &be->ml;
+    int32_t *d = be->d_meta;
+    int32_t C = be->C, F = be->F, L = be->L, H = be->H;
+    KERNEL(ifl_cuda_embed(be->x, be->wte, be->wpe, be->wdt, d + ml->tokens, d + ml->pos, T, C, st));
+    KERNEL(ifl_cuda_add_layernorm(be->xn, be->wdt, be->x, NULL, NULL, be->layers[0].ln1_w,
+                                  be->layers[0].ln1_b, NULL, T, C, be->eps, st));
+    for (int32_t l = 0; l < L; l++) {
+        const dev_layer *ly = &be->layers[l];
+        if (gemm_kn(be, be->qkv, be->xn, ly->qkv_w, T, C, 3 * C, err))
+            return -1;
+        KERNEL(ifl_cuda_qkv_bias_kv_append(be->qkv, ly->qkv_b, be->kv, be->wdt, d + ml->kv_slot, T,
+                                           C, H, l, L, be->BS, st));
+        float scale = be->attn_scale;
+        if (be->base.model->cfg.scale_attn_by_inverse_layer_idx)
+            scale /= (float)(l + 1);
+        KERNEL(ifl_cuda_attention(be->att, be->wdt, be->qkv, be->kv, be->wdt, d + ml->n_keys,
+                                  d + ml->table_row, d + ml->tables, be->max_blocks, T, C, H, l, L,
+                                  be->BS, be->max_blocks * be->BS, scale, st));
+        if (gemm_kn(be, be->tmp, be->att, ly->proj_w, T, C, C, err))
+            return -1;
+        KERNEL(ifl_cuda_add_layernorm(be->xn, be->wdt, be->x, be->tmp, ly->proj_b, ly->ln2_w,
+                                      ly->ln2_b, NULL, T, C, be->eps, st));
+        if (gemm_kn(be, be->tmp, be->xn, ly->fc_w, T, C, F, err))
+            return -1;
+        KERNEL(ifl_cuda_bias_gelu(be->ff, be->wdt, be->tmp, ly->fc_b, T, F, be->erf_gelu, st));
+        if (gemm_kn(be, be->tmp, be->ff, ly->mproj_w, T, F, C, err))
+            return -1;
+        if (l + 1 < L)
+            KERNEL(ifl_cuda_add_layernorm(be->xn, be->wdt, be->x, be->tmp, ly->mproj_b,
+                                          be->layers[l + 1].ln1_w, be->layers[l + 1].ln1_b, NULL, T,
+                                          C, be->eps, st));
+        else
+            KERNEL(ifl_cuda_add_layernorm(NULL, be->wdt, be->x, be->tmp, ly->mproj_b, be->lnf_w,
+                                          be->lnf_b, NULL, T, C, be->eps, st));
+    }
+    KERNEL(ifl_cuda_add_layernorm(be->xf, be->wdt, be->x, NULL, NULL, be->lnf_w, be->lnf_b,
+                                  d + ml->last_row, S, C, be->eps, st));
+    /* logits^T (V, S) = lm_head (V, C) xf^T (C, S): lm_head row-major is column-major (C, V) */
+    const float one = 1.0f, zero = 0.0f;
+    BLAS(cublasGemmEx(be->blas, CUBLAS_OP_T, CUBLAS_OP_N, be->V, S, C, &one, be->lm_head, be->wtype,
+                      C, be->xf, be->wtype, C, &zero, be->logits, CUDA_R_32F, be->V,
+                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return 0;
+}
+
+/* The bucket of a decode step of S sequences: the smallest bucket size >= S. */
+static int bucket_of(const cuda_backend *be, int32_t S)
+{
+    for (int i = 0; i < be->n_buckets; i++)
+        if (be->bucket_size[i] >= S)
+            return i;
+    return -1;
+}
+
+/* Fills the host metadata for the batch, padded to T_pad tokens and S_pad sequences. */
+static void fill_meta(cuda_backend *be, const ifl_batch *b, int32_t T_pad, int32_t S_pad)
+{
+    const meta_layout *ml = &be->ml;
+    int32_t *h = be->h_meta;
+    int32_t BS = be->BS;
+    for (int32_t s = 0; s < b->n_seqs; s++) {
+        int32_t r0 = b->run_start[s], r1 = b->run_start[s + 1];
+        int32_t need = (b->pos0[s] + (r1 - r0) + BS - 1) / BS;
+        int32_t *row = h + ml->tables + (size_t)s * be->max_blocks;
+        memcpy(row, b->block_tables[s], (size_t)need * sizeof *row);
+        for (int32_t i = r0; i < r1; i++) {
+            int32_t pos = b->pos0[s] + (i - r0);
+            h[ml->tokens + i] = b->tokens[i];
+            h[ml->pos + i] = pos;
+            h[ml->kv_slot + i] = row[pos / BS] * BS + pos % BS;
+            h[ml->n_keys + i] = pos + 1;
+            h[ml->table_row + i] = s;
+        }
+        h[ml->last_row + s] = r1 - 1;
+    }
+    for (int32_t i = b->n_tokens; i < T_pad; i++) { /* padding: no slot, no keys */
+        h[ml->tokens + i] = 0;
+        h[ml->pos + i] = 0;
+        h[ml->kv_slot + i] = -1;
+        h[ml->n_keys + i] = 0;
+        h[ml->table_row + i] = 0;
+    }
+    for (int32_t s = b->n_seqs; s < S_pad; s++)
+        h[ml->last_row + s] = s < T_pad ? s : 0;
+}
+
+static int is_decode_only(const ifl_batch *b)
+{
+    return b->n_tokens == b->n_seqs;
+}
+
+/* Runs the forward pass of a validated batch up to the logits on the device. */
+static int run_forward(cuda_backend *be, const ifl_batch *b, ifl_err *err)
+{
+    int32_t T = b->n_tokens, S = b->n_seqs;
+    int bk = -1;
+    if (be->use_graphs && is_decode_only(b))
+        bk = bucket_of(be, S);
+    int32_t T_pad = bk >= 0 ? be->bucket_size[bk] : T;
+    int32_t S_pad = bk >= 0 ? be->bucket_size[bk] : S;
+    fill_meta(be, b, T_pad, S_pad);
+    CU(cudaMemcpyAsync(be->d_meta, be->h_meta, be->ml.n_ints * sizeof(int32_t),
+                       cudaMemcpyHostToDevice, be->stream));
+    be->steps++;
+    if (bk < 0)
+        return forward(be, T, S, err);
+    if (be->graph[bk]) {
+        be->graph_steps++;
+        CU(cudaGraphLaunch(be->graph[bk], be->stream));
+        return 0;
+    }
+    if (!be->bucket_seen[bk]) { /* first time: eager, so kernels and cuBLAS's plans are loaded */
+        be->bucket_seen[bk] = 1;
+        return forward(be, T_pad, S_pad, err);
+    }
+    cudaGraph_t g = NULL;
+    CU(cudaStreamBeginCapture(be->stream, cudaStreamCaptureModeThreadLocal));
+    int rc = forward(be, T_pad, S_pad, err);
+    cudaError_t e = cudaStreamEndCapture(be->stream, &g);
+    if (rc == 0 && e == cudaSuccess)
+        e = cudaGraphInstantiate(&be->graph[bk], g, 0);
+    if (g)
+        cudaGraphDestroy(g);
+    if (rc != 0 || e != cudaSuccess) {
+        /* Capture failed: say so once, and run decode steps eagerly from now on. */
+        fprintf(stderr,
+                "inflight: cuda: capturing the decode graph for batch %d failed (%s); "
+                "decode steps run eagerly\n",
+                be->bucket_size[bk], rc ? err->msg : cudaGetErrorString(e));
+        cudaGetLastError();
+        be->graph[bk] = NULL;
+        be->use_graphs = 0;
+        return forward(be, T, S, err);
+    }
+    be->graph_steps++;
+    CU(cudaGraphLaunch(be->graph[bk], be->stream));
+    return 0;
+}
+
+static int cuda_step(ifl_backend *base, const ifl_batch *b, float *logits, ifl_err *err)
+{
+    cuda_backend *be = (cuda_backend *)base;
+    if (ifl_batch_validate(base, b, err))
+        return -1;
+    if (run_forward(be, b, err))
+        return ifl_err_prefix(err, "cuda step");
+    CU(cudaMemcpyAsync(logits, be->logits, (size_t)b->n_seqs * be->V * sizeof(float),
+                       cudaMemcpyDeviceToHost, be->stream));
+    CU(cudaStreamSynchronize(be->stream));
+    return 0;
+}
+
+static int cuda_step_sample(ifl_backend *base, const ifl_batch *b, const ifl_sample_req *req,
+                            int32_t *tokens, ifl_err *err)
+{
+    cuda_backend *be = (cuda_backend *)base;
+    if (ifl_batch_validate(base, b, err))
+        return -1;
+    for (int32_t s = 0; s < b->n_seqs; s++) {
+        if (req[s].active && ifl_sampling_validate(&req[s].sampling, err))
+            return ifl_err_prefix(err, "sequence %d", s);
+        be->h_sreq[s] = (ifl_cuda_sample_req){.temperature = req[s].sampling.temperature,
+                                              .top_k = req[s].sampling.top_k,
+                                              .top_p = req[s].sampling.top_p,
+                                              .active = req[s].active,
+                                              .seed = req[s].seed,
+                                              .draw = req[s].draw};
+    }
+    if (run_forward(be, b, err))
+        return ifl_err_prefix(err, "cuda step");
+    CU(cudaMemcpyAsync(be->d_sreq, be->h_sreq, (size_t)b->n_seqs * sizeof *be->h_sreq,
+                       cudaMemcpyHostToDevice, be->stream));
+    KERNEL(ifl_cuda_sample(be->d_tok, be->logits, be->d_sreq, b->n_seqs, be->V, be->sample_scratch,
+                           be->stream));
+    CU(cudaMemcpyAsync(be->h_tok, be->d_tok, (size_t)b->n_seqs * sizeof(int32_t),
+                       cudaMemcpyDeviceToHost, be->stream));
+    CU(cudaStreamSynchronize(be->stream));
+    memcpy(tokens, be->h_tok, (size_t)b->n_seqs * sizeof *tokens);
+    return 0;
+}
+
+/* ---- set-up and tear-down -------------------------------------------------------------------- */
+
+static void cuda_free(ifl_backend *base)
+{
+    cuda_backend *be = (cuda_backend *)base;
+    if (!be)
+        return;
+    if (be->stream)
+        cudaStreamSynchronize(be->stream);
+    if (getenv("IFL_PROFILE") && be->steps)
+        fprintf(stderr, "cuda backend: %lld steps, %lld replayed from decode graphs\n",
+                (long long)be->steps, (long long)be->graph_steps);
+    for (int i = 0; i < N_BUCKETS; i++)
+        if (be->graph[i])
+            cudaGraphExecDestroy(be->graph[i]);
+    if (be->blas)
+        cublasDestroy(be->blas);
+    cudaFree(be->blas_ws);
+    cudaFree(be->wmem);
+    cudaFree(be->kv);
+    cudaFree(be->amem);
+    cudaFree(be->d_meta);
+    cudaFree(be->d_sreq);
+    cudaFree(be->d_tok);
+    cudaFree(be->sample_scratch);
+    cudaFreeHost(be->h_meta);
+    cudaFreeHost(be->h_sreq);
+    cudaFreeHost(be->h_tok);
+    if (be->stream)
+        cudaStreamDestroy(be->stream);
+    free(be->layers);
+    free(be);
+}
+
+static void cuda_describe(const ifl_backend *base, char *buf, int cap)
+{
+    const cuda_backend *be = (const cuda_backend *)base;
+    snprintf(buf, (size_t)cap,
+             "cuda: %s, weights %s (%.0f MiB), KV pool %d blocks x %d tokens (%.0f MiB, %s), "
+             "decode graphs %s",
+             be->dev_desc, ifl_dtype_name(be->wdt), (double)be->wbytes / 1048576.0,
+             base->params.kv_blocks, base->params.kv_block_size, (double)be->kv_bytes / 1048576.0,
+             ifl_dtype_name(be->wdt), be->use_graphs ? "on" : "off (IFL_CUDA_GRAPHS=0)");
+}
+
+static const ifl_backend_ops cuda_ops = {
+    .name = "cuda",
+    .free = cuda_free,
+    .step = cuda_step,
+    .step_sample = cuda_step_sample,
+    .describe = cuda_describe,
+};
+
+static size_t align256(size_t n)
+{
+    return (n + 255) & ~(size_t)255;
+}
+
+/* Bytes a matrix takes on the device in dtype t, rounded up to 256. */
+static size_t mat_bytes(const ifl_mat *m, ifl_dtype t)
+{
+    return align256((size_t)m->rows * (size_t)m->cols * ifl_dtype_size(t));
+}
+
+/* Uploads matrix m (any dtype and layout) as row-major t at dst, through the staging buffer. */
+static int upload_mat(void *dst, const ifl_mat *m, ifl_dtype t, void *stage, ifl_err *err)
+{
+    ifl_mat_repack(stage, IFL_LAYOUT_ROWS, t, m);
+    CU(cudaMemcpy(dst, stage, (size_t)m->rows * (size_t)m->cols * ifl_dtype_size(t),
+                  cudaMemcpyHostToDevice));
+    return 0;
+}
+
+static int upload_vec(float **dst, char **cursor, const float *src, int32_t n, ifl_err *err)
+{
+    *dst = (float *)*cursor;
+    *cursor += align256((size_t)n * sizeof(float));
+    CU(cudaMemcpy(*dst, src, (size_t)n * sizeof(float), cudaMemcpyHostToDevice));
+    return 0;
+}
+
+static int upload_weights(cuda_backend *be, const ifl_model *m, ifl_err *err)
+{
+    ifl_dtype t = be->wdt;
+    int tied = m->lm_head.data == m->wte.data;
+    size_t bytes = mat_bytes(&m->wte, t) + mat_bytes(&m->wpe, t) +
+                   (tied ? 0 : mat_bytes(&m->lm_head, t)) + 2 * align256((size_t)be->C * 4);
+    size_t largest = (size_t)m->wte.rows * (size_t)m->wte.cols;
+    for (int32_t l = 0; l < be->L; l++) {
+        const ifl_layer *ly = &m->layers[l];
+        const ifl_mat *ms[4] = {&ly->qkv_w, &ly->attn_proj_w, &ly->fc_w, &ly->mlp_proj_w};
+        for (int i = 0; i < 4; i++) {
+            bytes += mat_bytes(ms[i], t);
+            size_t n = (size_t)ms[i]->rows * (size_t)ms[i]->cols;
+            largest = n > largest ? n : largest;
+        }
+        bytes += align256((size_t)be->C * 4) * 6 + align256((size_t)3 * be->C * 4) +
+                 align256((size_t)be->F * 4) + align256((size_t)be->C * 4);
+    }
+    if (!tied) {
+        size_t n = (size_t)m->lm_head.rows * (size_t)m->lm_head.cols;
+        largest = n > largest ? n : largest;
+    }
+    be->wbytes = bytes;
+    CU(cudaMalloc(&be->wmem, bytes));
+    void *stage = malloc(largest * ifl_dtype_size(t));
+    if (!stage)
+        return ifl_err_set(err, "out of memory for a %.0f MiB upload buffer",
+                           (double)largest * (double)ifl_dtype_size(t) / 1048576.0);
+    char *cur = be->wmem;
+    int rc = -1;
+#define PLACE_MAT(dst, mat)                                                                        \
+    do {                                                                                           \
+        (dst) = cur;                                                                               \
+        cur += mat_bytes((mat), t);                                                                \
+        if (upload_mat((dst), (mat), t, stage, err))                                               \
+            goto out;                                                                              \
+    } while (0)
+#define PLACE_VEC(dst, src, n)                                                                     \
+    do {                                                                                           \
+        if (upload_vec(&(dst), &cur, (src), (n), err))                                             \
+            goto out;                                                                              \
+    } while (0)
+    PLACE_MAT(be->wte, &m->wte);
+    PLACE_MAT(be->wpe, &m->wpe);
+    if (tied)
+        be->lm_head = be->wte;
+    else
+        PLACE_MAT(be->lm_head, &m->lm_head);
+    PLACE_VEC(be->lnf_w, m->lnf_w, be->C);
+    PLACE_VEC(be->lnf_b, m->lnf_b, be->C);
+    for (int32_t l = 0; l < be->L; l++) {
+        const ifl_layer *ly = &m->layers[l];
+        dev_layer *d = &be->layers[l];
+        PLACE_MAT(d->qkv_w, &ly->qkv_w);
+        PLACE_MAT(d->proj_w, &ly->attn_proj_w);
+        PLACE_MAT(d->fc_w, &ly->fc_w);
+        PLACE_MAT(d->mproj_w, &ly->mlp_proj_w);
+        PLACE_VEC(d->ln1_w, ly->ln1_w, be->C);
+        PLACE_VEC(d->ln1_b, ly->ln1_b, be->C);
+        PLACE_VEC(d->ln2_w, ly->ln2_w, be->C);
+        PLACE_VEC(d->ln2_b, ly->ln2_b, be->C);
+        PLACE_VEC(d->proj_b, ly->attn_proj_b, be->C);
+        PLACE_VEC(d->mproj_b, ly->mlp_proj_b, be->C);
+        PLACE_VEC(d->qkv_b, ly->qkv_b, 3 * be->C);
+        PLACE_VEC(d->fc_b, ly->fc_b, be->F);
+    }
+#undef PLACE_MAT
+#undef PLACE_VEC
+    rc = 0;
+out:
+    free(stage);
+    return rc;
+}
+
+/* Activations, metadata, sampling buffers. */
+static int alloc_run_state(cuda_backend *be, ifl_err *err)
+{
+    size_t T = (size_t)be->max_T, S = (size_t)be->max_S, C = (size_t)be->C, F = (size_t)be->F;
+    size_t w = ifl_dtype_size(be->wdt);
+    size_t sizes[] = {T * C * 4,               /* x */
+                      T * 3 * C * 4,           /* qkv */
+                      T * (F > C ? F : C) * 4, /* tmp */
+                      S * (size_t)be->V * 4,   /* logits */
+                      T * C * w,               /* xn */
+                      T * C * w,               /* att */
+                      T * F * w,               /* ff */
+                      S * C * w};              /* xf */
+    void **dst[] = {(void **)&be->x, (void **)&be->qkv, (void **)&be->tmp, (void **)&be->logits,
+                    &be->xn,         &be->att,          &be->ff,           &be->xf};
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        total += align256(sizes[i]);
+    be->abytes = total;
+    CU(cudaMalloc(&be->amem, total));
+    CU(cudaMemset(be->amem, 0, total)); /* padding rows of a graph read finite values */
+    char *cur = be->amem;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        *dst[i] = cur;
+        cur += align256(sizes[i]);
+    }
+    meta_layout *ml = &be->ml;
+    size_t o = 0;
+    ml->tokens = o, o += T;
+    ml->pos = o, o += T;
+    ml->kv_slot = o, o += T;
+    ml->n_keys = o, o += T;
+    ml->table_row = o, o += T;
+    ml->last_row = o, o += S;
+    ml->tables = o, o += S * (size_t)be->max_blocks;
+    ml->n_ints = o;
+    CU(cudaMallocHost((void **)&be->h_meta, o * sizeof(int32_t)));
+    memset(be->h_meta, 0, o * sizeof(int32_t));
+    CU(cudaMalloc((void **)&be->d_meta, o * sizeof(int32_t)));
+    CU(cudaMemset(be->d_meta, 0, o * sizeof(int32_t)));
+    CU(cudaMallocHost((void **)&be->h_sreq, S * sizeof *be->h_sreq));
+    CU(cudaMalloc((void **)&be->d_sreq, S * sizeof *be->d_sreq));
+    CU(cudaMallocHost((void **)&be->h_tok, S * sizeof(int32_t)));
+    CU(cudaMalloc((void **)&be->d_tok, S * sizeof(int32_t)));
+    size_t scratch = ifl_cuda_sample_scratch_bytes(be->max_S, be->V);
+    if (scratch)
+        CU(cudaMalloc(&be->sample_scratch, scratch));
+    return 0;
+}
+
+static int cuda_init(cuda_backend *be, const ifl_model *m, ifl_err *err)
+{
+    const ifl_config *c = &m->cfg;
+    const ifl_backend_params *p = &be->base.params;
+    be->L = c->n_layer;
+    be->H = c->n_head;
+    be->C = c->n_embd;
+    be->D = c->n_embd / c->n_head;
+    be->F = c->n_inner ? c->n_inner : 4 * c->n_embd;
+    be->V = c->n_vocab;
+    be->P = c->n_ctx;
+    be->BS = p->kv_block_size;
+    be->max_T = p->max_tokens;
+    be->max_S = p->max_seqs;
+    be->max_blocks = (be->P + be->BS - 1) / be->BS;
+    be->attn_scale = c->scale_attn_weights ? 1.0f / sqrtf((float)be->D) : 1.0f;
+    be->erf_gelu = c->gelu == IFL_GELU_ERF;
+    be->eps = (float)c->ln_eps;
+    if (be->D > 256)
+        return ifl_err_set(err, "cuda: head size %d is larger than the attention kernel's 256",
+                           be->D);
+    if (be->max_T > 65535)
+        return ifl_err_set(err, "cuda: max_tokens %d is more than one launch's 65535 rows",
+                           be->max_T);
+    if ((size_t)be->max_blocks * (size_t)be->BS * sizeof(float) > 160 * 1024)
+        return ifl_err_set(err,
+                           "cuda: a %d-position context does not fit the attention "
+                           "kernel's shared memory",
+                           be->P);
+    /* f16 matrices stay f16; everything else (f32, bf16, mixed) is held as bf16 */
+    be->wdt = !m->mixed_dtypes && m->wte.dtype == IFL_DTYPE_F16 ? IFL_DTYPE_F16 : IFL_DTYPE_BF16;
+    be->wtype = be->wdt == IFL_DTYPE_F16 ? CUDA_R_16F : CUDA_R_16BF;
+
+    if (ifl_cuda_probe(be->dev_desc, sizeof be->dev_desc, err))
+        return -1;
+    CU(cudaSetDevice(0));
+    CU(cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking));
+    BLAS(cublasCreate(&be->blas));
+    BLAS(cublasSetStream(be->blas, be->stream));
+    be->blas_ws_bytes = 32u << 20;
+    CU(cudaMalloc(&be->blas_ws, be->blas_ws_bytes));
+    BLAS(cublasSetWorkspace(be->blas, be->blas_ws, be->blas_ws_bytes));
+    BLAS(cublasSetMathMode(be->blas, CUBLAS_DEFAULT_MATH));
+
+    be->layers = calloc((size_t)be->L, sizeof *be->layers);
+    if (!be->layers)
+        return ifl_err_set(err, "out of memory");
+    if (upload_weights(be, m, err))
+        return ifl_err_prefix(err, "cuda: uploading %s weights", ifl_dtype_name(be->wdt));
+    be->kv_bytes = (size_t)p->kv_blocks * (size_t)be->L * 2 * (size_t)be->C * (size_t)be->BS *
+                   ifl_dtype_size(be->wdt);
+    cudaError_t e = cudaMalloc(&be->kv, be->kv_bytes);
+    if (e != cudaSuccess) {
+        cuda_fail(err, e, "cudaMalloc(KV pool)", __FILE__, __LINE__);
+        return ifl_err_prefix(err, "cuda: the KV pool of %d blocks (%.0f MiB; lower --kv-mem-mb)",
+                              p->kv_blocks, (double)be->kv_bytes / 1048576.0);
+    }
+    if (alloc_run_state(be, err))
+        return ifl_err_prefix(err, "cuda: activations for %d tokens x %d sequences", be->max_T,
+                              be->max_S);
+
+    const char *g = getenv("IFL_CUDA_GRAPHS");
+    be->use_graphs = !(g && !strcmp(g, "0"));
+    for (int32_t sz = 1; sz < be->max_S && be->n_buckets < N_BUCKETS - 1; sz *= 2)
+        be->bucket_size[be->n_buckets++] = sz;
+    be->bucket_size[be->n_buckets++] = be->max_S;
+    return 0;
+}
+
+ifl_backend *ifl_cuda_backend_new(const ifl_model *m, const ifl_backend_params *params,
+                                  ifl_err *err)
+{
+    cuda_backend *be = calloc(1, sizeof *be);
+    if (!be) {
+        ifl_err_set(err, "out of memory");
+        return NULL;
+    }
+    be->base.ops = &cuda_ops;
+    be->base.model = m;
+    be->base.params = *params;
+    ifl_backend_params_fill(&be->base.params, m, 8192);
+    if (cuda_init(be, m, err)) {
+        cuda_free(&be->base);
+        return NULL;
+    }
+    return &be->base;
+}
