@@ -48,16 +48,6 @@ static float *logits;   /* (MAXS, V) scratch for steps */
 static ifl_sampler smp; /* for ifl_backend_step_sample's host fallback (unused by CUDA) */
 static ifl_rng rng;
 
-static void *xmalloc(size_t bytes)
-{
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) {
-        fprintf(stderr, "out of memory (%zu bytes)\n", bytes);
-        exit(1);
-    }
-    return p;
-}
-
 static int32_t rand_token(int32_t V)
 {
     return (int32_t)(ifl_rng_next(&rng) % (uint64_t)V);
@@ -237,10 +227,10 @@ static void fseq_init(fseq *q, int32_t prompt_len, int32_t n_dec, int32_t V)
     memset(q, 0, sizeof *q);
     q->prompt_len = prompt_len;
     q->n_dec = n_dec;
-    q->tokens = xmalloc((size_t)(prompt_len + n_dec) * sizeof(int32_t));
+    q->tokens = test_xmalloc((size_t)(prompt_len + n_dec) * sizeof(int32_t));
     for (int32_t i = 0; i < prompt_len + n_dec; i++)
         q->tokens[i] = rand_token(V);
-    q->rows = xmalloc((size_t)(n_dec + 1) * V * sizeof(float));
+    q->rows = test_xmalloc((size_t)(n_dec + 1) * V * sizeof(float));
 }
 
 static void fseq_free(fseq *q, ifl_kv_pool *pool)
@@ -350,7 +340,7 @@ static void test_vs_cpu(const char *dir, const char *label, int convert, ifl_dty
         pool_init(&pool, gpu);
         static const int32_t lens[3] = {400, 37, 1};
         enum { NDEC = 8 };
-        float *ref = xmalloc((size_t)(NDEC + 1) * V * sizeof(float));
+        float *ref = test_xmalloc((size_t)(NDEC + 1) * V * sizeof(float));
         double worst = 0, sum = 0, worst_abs = 0;
         int rows = 0, agree = 0;
         for (int s = 0; s < 3; s++) {
@@ -420,8 +410,8 @@ static void test_ragged(const char *dir, const char *label, double tol_self, dou
         int ok = 1;
         for (int s = 0; s < NSEQ; s++) {
             fseq_init(&seqs[s], lens[s], NDEC, V);
-            cpu_solo[s] = xmalloc((size_t)(NDEC + 1) * V * sizeof(float));
-            gpu_solo[s] = xmalloc((size_t)(NDEC + 1) * V * sizeof(float));
+            cpu_solo[s] = test_xmalloc((size_t)(NDEC + 1) * V * sizeof(float));
+            gpu_solo[s] = test_xmalloc((size_t)(NDEC + 1) * V * sizeof(float));
             ok = ok && !run_solo(cpu, &pool, &seqs[s], cpu_solo[s]) &&
                  !run_solo(gpu, &pool, &seqs[s], gpu_solo[s]);
         }
@@ -502,9 +492,9 @@ static int make_peaked_model(const char *dir)
         goto fail;
     const ifl_st_tensor *wte = ifl_st_find(&st, "wte.weight");
     int64_t V = o.cfg.n_vocab, C = o.cfg.n_embd;
-    ifl_st_entry *e = xmalloc((size_t)(st.n_tensors + 1) * sizeof *e);
-    float *head = xmalloc((size_t)(V * C) * sizeof(float));
-    int32_t *perm = xmalloc((size_t)V * sizeof(int32_t));
+    ifl_st_entry *e = test_xmalloc((size_t)(st.n_tensors + 1) * sizeof *e);
+    float *head = test_xmalloc((size_t)(V * C) * sizeof(float));
+    int32_t *perm = test_xmalloc((size_t)V * sizeof(int32_t));
     for (int64_t v = 0; v < V; v++)
         perm[v] = (int32_t)v;
     for (int64_t v = V - 1; v > 0; v--) {
@@ -635,7 +625,7 @@ static void test_greedy(const char *dir)
         static const int32_t plen[NGREEDY] = {1, 5, 17, 40};
         int32_t *prompts[NGREEDY];
         for (int s = 0; s < NGREEDY; s++) {
-            prompts[s] = xmalloc((size_t)plen[s] * sizeof(int32_t));
+            prompts[s] = test_xmalloc((size_t)plen[s] * sizeof(int32_t));
             for (int32_t i = 0; i < plen[s]; i++)
                 prompts[s][i] = rand_token(V);
         }
@@ -801,7 +791,7 @@ static void test_sampling(const char *dir)
     int32_t V = mg.cfg.n_vocab;
     int32_t *prompts[NREQ];
     for (int r = 0; r < NREQ; r++) {
-        prompts[r] = xmalloc((size_t)req_len[r] * sizeof(int32_t));
+        prompts[r] = test_xmalloc((size_t)req_len[r] * sizeof(int32_t));
         for (int32_t i = 0; i < req_len[r]; i++)
             prompts[r][i] = rand_token(V);
     }
@@ -958,7 +948,7 @@ static void test_graphs(const char *dir)
     unsetenv("IFL_CUDA_GRAPHS");
     int32_t V = mg.cfg.n_vocab;
     if (st.g && st.n) {
-        st.lg = xmalloc((size_t)MAXS * V * sizeof(float));
+        st.lg = test_xmalloc((size_t)MAXS * V * sizeof(float));
         pool_init(&st.pool, st.g);
         for (int s = 0; s < GSEQ; s++) {
             st.s[s].plen = s == 0 ? 250 : 3 + (s * 5) % 13;
@@ -1032,7 +1022,7 @@ static void test_errors(const char *dir)
         for (int i = 0; i < 21; i++)
             toks[i] = rand_token(V);
         reserve(&kv, &pool, 21);
-        float *before = xmalloc((size_t)2 * V * sizeof(float));
+        float *before = test_xmalloc((size_t)2 * V * sizeof(float));
         batch_t ok, bad;
         bt_reset(&ok);
         bt_add(&ok, toks, 20, 0, &kv);
@@ -1063,7 +1053,7 @@ static void test_errors(const char *dir)
         /* still working: the same two steps again. The prefill step runs eagerly with the same
          * shapes as before: bitwise the same logits. The decode step is its bucket's second, so it
          * is now captured into a graph: within the bound of test 5. */
-        float *after = xmalloc((size_t)2 * V * sizeof(float));
+        float *after = test_xmalloc((size_t)2 * V * sizeof(float));
         bt_reset(&ok);
         bt_add(&ok, toks, 20, 0, &kv);
         rc = rc || step(be, &ok, after);
@@ -1127,7 +1117,7 @@ int main(void)
         test_rmdir(dir);
         return 1;
     }
-    logits = xmalloc((size_t)MAXS * VOCAB * sizeof(float));
+    logits = test_xmalloc((size_t)MAXS * VOCAB * sizeof(float));
     if (ifl_sampler_init(&smp, VOCAB, &err)) {
         fprintf(stderr, "%s\n", err.msg);
         return 1;

@@ -92,16 +92,6 @@ static void download(void *h, const void *d, size_t bytes)
     CK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
 }
 
-static void *xmalloc(size_t bytes)
-{
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) {
-        fprintf(stderr, "out of memory (%zu bytes)\n", bytes);
-        exit(1);
-    }
-    return p;
-}
-
 /* ---- host helpers ---------------------------------------------------------------------------- */
 
 static const char *dt_name(ifl_dtype t)
@@ -226,7 +216,7 @@ static void test_embed(ifl_dtype wdt, int32_t C)
 {
     const int32_t V = 517, P = 300, T = 41;
     size_t es = ifl_dtype_size(wdt);
-    void *wte = xmalloc((size_t)V * C * es), *wpe = xmalloc((size_t)P * C * es);
+    void *wte = test_xmalloc((size_t)V * C * es), *wpe = test_xmalloc((size_t)P * C * es);
     for (size_t i = 0; i < (size_t)V * C; i++)
         store(wte, wdt, i, (float)normal(0.5));
     for (size_t i = 0; i < (size_t)P * C; i++)
@@ -251,7 +241,7 @@ static void test_embed(ifl_dtype wdt, int32_t C)
     float *d_x = dev_alloc(xn * sizeof(float));
     dev_poison(d_x, xn * sizeof(float));
     LAUNCH(ifl_cuda_embed(d_x, d_wte, d_wpe, wdt, d_tok, d_pos, T, C, stream));
-    float *x = xmalloc(xn * sizeof(float));
+    float *x = test_xmalloc(xn * sizeof(float));
     download(x, d_x, xn * sizeof(float));
 
     cmp_t c;
@@ -303,9 +293,10 @@ static void test_layernorm(ln_mode mode, ifl_dtype out_dt, int32_t C)
     int32_t rows[11] = {5, 0, 18, 5, 3, 11, 18, 7, 1, 16, 9}; /* unordered, repeats, both ends */
     int32_t n_rows = gather ? 11 : R;
     size_t xs = (size_t)(R + 1) * C; /* one guard row */
-    float *x = xmalloc(xs * sizeof(float)), *add = xmalloc((size_t)R * C * sizeof(float));
-    float *bias = xmalloc((size_t)C * sizeof(float)), *w = xmalloc((size_t)C * sizeof(float)),
-          *b = xmalloc((size_t)C * sizeof(float));
+    float *x = test_xmalloc(xs * sizeof(float)), *add = test_xmalloc((size_t)R * C * sizeof(float));
+    float *bias = test_xmalloc((size_t)C * sizeof(float)),
+          *w = test_xmalloc((size_t)C * sizeof(float)),
+          *b = test_xmalloc((size_t)C * sizeof(float));
     for (int32_t r = 0; r < R; r++) {
         double sd = r == 4 ? 0.003 : 0.5 + 0.1 * (r % 7); /* row 4: variance ~ eps */
         double mean = r == 4 ? 0.0 : normal(1.0) * sd;    /* |mean| ~ one standard deviation */
@@ -335,14 +326,14 @@ static void test_layernorm(ln_mode mode, ifl_dtype out_dt, int32_t C)
     }
     LAUNCH(ifl_cuda_add_layernorm(d_out, out_dt, d_x, d_add, d_bias, d_w, d_b, d_rows, n_rows, C,
                                   eps, stream));
-    float *gx = xmalloc(xs * sizeof(float));
+    float *gx = test_xmalloc(xs * sizeof(float));
     download(gx, d_x, xs * sizeof(float));
-    void *out = xmalloc(on * es);
+    void *out = test_xmalloc(on * es);
     if (has_out)
         download(out, d_out, on * es);
 
     /* the residual after the add, in double */
-    double *xr = xmalloc((size_t)R * C * sizeof(double));
+    double *xr = test_xmalloc((size_t)R * C * sizeof(double));
     for (size_t i = 0; i < (size_t)R * C; i++)
         xr[i] = (double)x[i] + (has_add ? (double)add[i] : 0.0) +
                 (has_bias ? (double)bias[i % (size_t)C] : 0.0);
@@ -424,7 +415,7 @@ static void test_gelu(int erf_gelu, ifl_dtype out_dt, int32_t F)
 {
     const int32_t T = 13;
     size_t n = (size_t)T * F, es = ifl_dtype_size(out_dt);
-    float *in = xmalloc(n * sizeof(float)), *bias = xmalloc((size_t)F * sizeof(float));
+    float *in = test_xmalloc(n * sizeof(float)), *bias = test_xmalloc((size_t)F * sizeof(float));
     for (size_t i = 0; i < n; i++)
         in[i] = (float)normal(2.0);
     for (int32_t i = 0; i < F; i++)
@@ -434,7 +425,7 @@ static void test_gelu(int erf_gelu, ifl_dtype out_dt, int32_t F)
     void *d_out = dev_alloc(on * es);
     dev_poison(d_out, on * es);
     LAUNCH(ifl_cuda_bias_gelu(d_out, out_dt, d_in, d_bias, T, F, erf_gelu, stream));
-    void *out = xmalloc(on * es);
+    void *out = test_xmalloc(on * es);
     download(out, d_out, on * es);
     cmp_t c;
     cmp_init(&c, "bias_gelu %s out %s F=%d", erf_gelu ? "erf" : "tanh", dt_name(out_dt), F);
@@ -465,7 +456,7 @@ static void test_kv_append(ifl_dtype kv_dt, int32_t C, int32_t H)
     const int32_t T = 23, L = 3, layer = 1, BS = 16, NB = 12, D = C / H;
     const int32_t n_slots = NB * BS;
     /* distinct slots: the pool's first and last among them, in random order; some tokens -1 */
-    int32_t *cand = xmalloc((size_t)n_slots * sizeof(int32_t)), kv_slot[23];
+    int32_t *cand = test_xmalloc((size_t)n_slots * sizeof(int32_t)), kv_slot[23];
     for (int32_t i = 0; i < n_slots; i++)
         cand[i] = i;
     shuffle(cand + 1, n_slots - 2); /* keeps 0 first and n_slots - 1 last */
@@ -480,7 +471,8 @@ static void test_kv_append(ifl_dtype kv_dt, int32_t C, int32_t H)
     free(cand);
 
     size_t qn = (size_t)(T + 1) * 3 * C; /* one guard row */
-    float *qkv = xmalloc(qn * sizeof(float)), *bias = xmalloc((size_t)3 * C * sizeof(float));
+    float *qkv = test_xmalloc(qn * sizeof(float)),
+          *bias = test_xmalloc((size_t)3 * C * sizeof(float));
     for (size_t i = 0; i < (size_t)T * 3 * C; i++)
         qkv[i] = (float)normal(1.0);
     for (int32_t i = 0; i < 3 * C; i++)
@@ -496,9 +488,9 @@ static void test_kv_append(ifl_dtype kv_dt, int32_t C, int32_t H)
     dev_poison(d_pool, pool_n * es);
     LAUNCH(ifl_cuda_qkv_bias_kv_append(d_qkv, d_bias, d_pool, kv_dt, d_slot, T, C, H, layer, L, BS,
                                        stream));
-    float *gq = xmalloc(qn * sizeof(float));
+    float *gq = test_xmalloc(qn * sizeof(float));
     download(gq, d_qkv, qn * sizeof(float));
-    void *pool = xmalloc(pool_n * es);
+    void *pool = test_xmalloc(pool_n * es);
     download(pool, d_pool, pool_n * es);
 
     char tag[96];
@@ -595,7 +587,7 @@ static void test_attention(ifl_dtype kv_dt, int32_t C, int32_t H, int32_t BS, in
     /* block tables: every sequence's blocks drawn from one shuffled permutation of the pool, two
      * spare blocks (never written: NaN) fill the unused table entries */
     const int32_t bt_stride = max_keys / BS + 3;
-    int32_t *nblk = xmalloc((size_t)S * sizeof(int32_t)), *last = xmalloc((size_t)S * 4);
+    int32_t *nblk = test_xmalloc((size_t)S * sizeof(int32_t)), *last = test_xmalloc((size_t)S * 4);
     int32_t NB = 2;
     for (int32_t r = 0, s = 0; r < n_runs; r++)
         if (runs[r].pos0 >= 0) {
@@ -603,19 +595,19 @@ static void test_attention(ifl_dtype kv_dt, int32_t C, int32_t H, int32_t BS, in
             nblk[s] = last[s] / BS + 1;
             NB += nblk[s++];
         }
-    int32_t *perm = xmalloc((size_t)NB * sizeof(int32_t));
+    int32_t *perm = test_xmalloc((size_t)NB * sizeof(int32_t));
     for (int32_t i = 0; i < NB; i++)
         perm[i] = i;
     shuffle(perm, NB);
     int32_t spare = perm[NB - 1];
-    int32_t *tables = xmalloc((size_t)S * bt_stride * sizeof(int32_t));
+    int32_t *tables = test_xmalloc((size_t)S * bt_stride * sizeof(int32_t));
     for (int32_t s = 0, next = 0; s < S; s++)
         for (int32_t j = 0; j < bt_stride; j++)
             tables[(size_t)s * bt_stride + j] = j < nblk[s] ? perm[next++] : spare;
 
     size_t es = ifl_dtype_size(kv_dt);
     size_t per_block = (size_t)L * 2 * H * BS * D, pool_n = (size_t)NB * per_block;
-    void *pool = xmalloc(pool_n * es);
+    void *pool = test_xmalloc(pool_n * es);
     memset(pool, 0xFF, pool_n * es);
 #define KV_IDX(s, p, kv, h, d)                                                                     \
     (((((size_t)tables[(size_t)(s)*bt_stride + (p) / BS] * L + layer) * 2 + (kv)) * H + (h)) *     \
@@ -631,9 +623,9 @@ static void test_attention(ifl_dtype kv_dt, int32_t C, int32_t H, int32_t BS, in
                         store(pool, kv_dt, KV_IDX(s, p, kv, h, d), (float)normal(1.0));
 
     /* per token: query, key count, table row */
-    float *qkv = xmalloc((size_t)T * 3 * C * sizeof(float));
+    float *qkv = test_xmalloc((size_t)T * 3 * C * sizeof(float));
     memset(qkv, 0xFF, (size_t)T * 3 * C * sizeof(float)); /* K and V columns: NaN */
-    int32_t *n_keys = xmalloc((size_t)T * 4), *trow = xmalloc((size_t)T * 4);
+    int32_t *n_keys = test_xmalloc((size_t)T * 4), *trow = test_xmalloc((size_t)T * 4);
     for (int32_t r = 0, s = 0, t = 0; r < n_runs; r++) {
         for (int32_t i = 0; i < runs[r].len; i++, t++) {
             n_keys[t] = runs[r].pos0 >= 0 ? runs[r].pos0 + i + 1 : 0;
@@ -657,7 +649,7 @@ static void test_attention(ifl_dtype kv_dt, int32_t C, int32_t H, int32_t BS, in
     dev_poison(d_out, on * es);
     LAUNCH(ifl_cuda_attention(d_out, kv_dt, d_qkv, d_pool, kv_dt, d_nk, d_trow, d_tables, bt_stride,
                               T, C, H, layer, L, BS, max_keys, scale, stream));
-    void *out = xmalloc(on * es);
+    void *out = test_xmalloc(on * es);
     download(out, d_out, on * es);
 
     char tag[120];
@@ -665,7 +657,7 @@ static void test_attention(ifl_dtype kv_dt, int32_t C, int32_t H, int32_t BS, in
              H, D, BS, 1.0 / (double)scale);
     cmp_t c;
     cmp_init(&c, "%s", tag);
-    double *p = xmalloc((size_t)max_keys * sizeof(double));
+    double *p = test_xmalloc((size_t)max_keys * sizeof(double));
     size_t pad_bad = 0;
     for (int32_t t = 0; t < T; t++) {
         int32_t n = n_keys[t], s = trow[t];

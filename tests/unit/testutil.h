@@ -36,6 +36,17 @@ static inline int test_quick(void)
         }                                                                                          \
     } while (0)
 
+/* malloc that ends the test (exit 1) when memory runs out; 0 bytes gives a valid pointer. */
+static inline void *test_xmalloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "out of memory (%zu bytes)\n", bytes);
+        exit(1);
+    }
+    return p;
+}
+
 /* ||a - b|| / ||b|| */
 static inline double rel_l2(const float *a, const float *b, size_t n)
 {
