@@ -29,12 +29,14 @@ __device__ __forceinline__ float dot_key(const float *q, const void *kv, ifl_dty
             for (int e = 0; e < 4; e++) {
                 float lo, hi;
                 if (dt == IFL_DTYPE_BF16) {
-                    __nv_bfloat162 b2 = *(const __nv_bfloat162 *)&w[e];
+                    __nv_bfloat162 b2;
+                    memcpy(&b2, &w[e], sizeof b2);
                     float2 f = __bfloat1622float2(b2);
                     lo = f.x;
                     hi = f.y;
                 } else {
-                    __half2 h2 = *(const __half2 *)&w[e];
+                    __half2 h2;
+                    memcpy(&h2, &w[e], sizeof h2);
                     float2 f = __half22float2(h2);
                     lo = f.x;
                     hi = f.y;
@@ -138,15 +140,31 @@ extern "C" int ifl_cuda_attention(void *out, ifl_dtype out_dt, const float *qkv,
     if (C / H > 256)
         return (int)cudaErrorInvalidValue; /* the query buffer holds 256 floats */
     size_t smem = (size_t)max_keys * sizeof(float);
-    if (smem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(
-            attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess)
-            return (int)e;
-    }
     dim3 grid((unsigned)H, (unsigned)T);
     attention_kernel<<<grid, ATT_THREADS, smem, stream>>>(out, out_dt, qkv, kv, kv_dt, n_keys,
                                                           table_row, block_tables, bt_stride, C, H,
                                                           layer, L, BS, scale);
     return ifl_launch_status();
+}
+
+extern "C" int ifl_cuda_attention_setup(int32_t max_keys, size_t *need, size_t *limit)
+{
+    cudaFuncAttributes a;
+    cudaError_t e = cudaFuncGetAttributes(&a, attention_kernel);
+    if (e != cudaSuccess)
+        return (int)e;
+    int dev = 0, optin = 0;
+    if ((e = cudaGetDevice(&dev)) != cudaSuccess ||
+        (e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)) !=
+            cudaSuccess)
+        return (int)e;
+    size_t dyn = (size_t)max_keys * sizeof(float);
+    *need = dyn + a.sharedSizeBytes;
+    *limit = (size_t)optin;
+    if (*need > *limit)
+        return (int)cudaErrorInvalidValue;
+    if (*need > 48 * 1024) /* past the default: opt in, once, outside any capture */
+        return (int)cudaFuncSetAttribute(attention_kernel,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn);
+    return 0;
 }

@@ -101,6 +101,8 @@ typedef struct {
 
 static int cuda_fail(ifl_err *err, cudaError_t e, const char *call, const char *file, int line)
 {
+    if (e == cudaErrorMemoryAllocation && !strncmp(call, "cudaMallocHost", 14))
+        return ifl_err_set(err, "out of pinned host memory: %s at %s:%d", call, file, line);
     if (e == cudaErrorMemoryAllocation) {
         size_t fr = 0, tot = 0;
         cudaGetLastError(); /* clear it so cudaMemGetInfo can answer */
@@ -158,6 +160,10 @@ int ifl_cuda_probe(char *desc, int cap, ifl_err *err)
     if (e != cudaSuccess)
         return ifl_err_set(err, "cudaGetDeviceProperties(0): %s", cudaGetErrorString(e));
     e = (cudaError_t)ifl_cuda_kernels_loadable();
+    if (e != cudaSuccess && e != cudaErrorNoKernelImageForDevice &&
+        e != cudaErrorInvalidDeviceFunction)
+        return ifl_err_set(err, "CUDA device 0 (%s, sm_%d%d) is not usable: %s (%s)", prop.name,
+                           prop.major, prop.minor, cudaGetErrorString(e), cudaGetErrorName(e));
     if (e != cudaSuccess)
         return ifl_err_set(err,
                            "CUDA device 0 (%s, sm_%d%d) cannot run this build's kernels: %s (the "
@@ -290,8 +296,10 @@ static int run_forward(cuda_backend *be, const ifl_batch *b, ifl_err *err)
     int32_t T_pad = bk >= 0 ? be->bucket_size[bk] : T;
     int32_t S_pad = bk >= 0 ? be->bucket_size[bk] : S;
     fill_meta(be, b, T_pad, S_pad);
-    CU(cudaMemcpyAsync(be->d_meta, be->h_meta, be->ml.n_ints * sizeof(int32_t),
-                       cudaMemcpyHostToDevice, be->stream));
+    /* the block tables are the last section: copy only the rows this step has */
+    size_t n_ints = be->ml.tables + (size_t)S_pad * (size_t)be->max_blocks;
+    CU(cudaMemcpyAsync(be->d_meta, be->h_meta, n_ints * sizeof(int32_t), cudaMemcpyHostToDevice,
+                       be->stream));
     be->steps++;
     if (bk < 0)
         return forward(be, T, S, err);
@@ -317,7 +325,7 @@ static int run_forward(cuda_backend *be, const ifl_batch *b, ifl_err *err)
         fprintf(stderr,
                 "inflight: cuda: capturing the decode graph for batch %d failed (%s); "
                 "decode steps run eagerly\n",
-                be->bucket_size[bk], rc ? err->msg : cudaGetErrorString(e));
+                be->bucket_size[bk], rc && err ? err->msg : cudaGetErrorString(e));
         cudaGetLastError();
         be->graph[bk] = NULL;
         be->use_graphs = 0;
@@ -328,11 +336,8 @@ static int run_forward(cuda_backend *be, const ifl_batch *b, ifl_err *err)
     return 0;
 }
 
-static int cuda_step(ifl_backend *base, const ifl_batch *b, float *logits, ifl_err *err)
+static int step_logits(cuda_backend *be, const ifl_batch *b, float *logits, ifl_err *err)
 {
-    cuda_backend *be = (cuda_backend *)base;
-    if (ifl_batch_validate(base, b, err))
-        return -1;
     if (run_forward(be, b, err))
         return ifl_err_prefix(err, "cuda step");
     CU(cudaMemcpyAsync(logits, be->logits, (size_t)b->n_seqs * be->V * sizeof(float),
@@ -341,12 +346,9 @@ static int cuda_step(ifl_backend *base, const ifl_batch *b, float *logits, ifl_e
     return 0;
 }
 
-static int cuda_step_sample(ifl_backend *base, const ifl_batch *b, const ifl_sample_req *req,
-                            int32_t *tokens, ifl_err *err)
+static int step_tokens(cuda_backend *be, const ifl_batch *b, const ifl_sample_req *req,
+                       int32_t *tokens, ifl_err *err)
 {
-    cuda_backend *be = (cuda_backend *)base;
-    if (ifl_batch_validate(base, b, err))
-        return -1;
     for (int32_t s = 0; s < b->n_seqs; s++) {
         if (req[s].active && ifl_sampling_validate(&req[s].sampling, err))
             return ifl_err_prefix(err, "sequence %d", s);
@@ -368,6 +370,31 @@ static int cuda_step_sample(ifl_backend *base, const ifl_batch *b, const ifl_sam
     CU(cudaStreamSynchronize(be->stream));
     memcpy(tokens, be->h_tok, (size_t)b->n_seqs * sizeof *tokens);
     return 0;
+}
+
+/* A step that failed part-way may have copies in flight that read the pinned buffers the next
+ * step refills: wait for the stream (its own error, if any, is already in err). */
+static int step_failed(cuda_backend *be)
+{
+    cudaStreamSynchronize(be->stream);
+    return -1;
+}
+
+static int cuda_step(ifl_backend *base, const ifl_batch *b, float *logits, ifl_err *err)
+{
+    cuda_backend *be = (cuda_backend *)base;
+    if (ifl_batch_validate(base, b, err))
+        return -1;
+    return step_logits(be, b, logits, err) ? step_failed(be) : 0;
+}
+
+static int cuda_step_sample(ifl_backend *base, const ifl_batch *b, const ifl_sample_req *req,
+                            int32_t *tokens, ifl_err *err)
+{
+    cuda_backend *be = (cuda_backend *)base;
+    if (ifl_batch_validate(base, b, err))
+        return -1;
+    return step_tokens(be, b, req, tokens, err) ? step_failed(be) : 0;
 }
 
 /* ---- set-up and tear-down -------------------------------------------------------------------- */
@@ -458,6 +485,8 @@ static int upload_weights(cuda_backend *be, const ifl_model *m, ifl_err *err)
     size_t bytes = mat_bytes(&m->wte, t) + mat_bytes(&m->wpe, t) +
                    (tied ? 0 : mat_bytes(&m->lm_head, t)) + 2 * align256((size_t)be->C * 4);
     size_t largest = (size_t)m->wte.rows * (size_t)m->wte.cols;
+    size_t wpe_n = (size_t)m->wpe.rows * (size_t)m->wpe.cols;
+    largest = wpe_n > largest ? wpe_n : largest;
     for (int32_t l = 0; l < be->L; l++) {
         const ifl_layer *ly = &m->layers[l];
         const ifl_mat *ms[4] = {&ly->qkv_w, &ly->attn_proj_w, &ly->fc_w, &ly->mlp_proj_w};
@@ -467,7 +496,7 @@ static int upload_weights(cuda_backend *be, const ifl_model *m, ifl_err *err)
             largest = n > largest ? n : largest;
         }
         bytes += align256((size_t)be->C * 4) * 6 + align256((size_t)3 * be->C * 4) +
-                 align256((size_t)be->F * 4) + align256((size_t)be->C * 4);
+                 align256((size_t)be->F * 4); /* LN1, LN2, two C biases; qkv bias; fc bias */
     }
     if (!tied) {
         size_t n = (size_t)m->lm_head.rows * (size_t)m->lm_head.cols;
@@ -599,11 +628,6 @@ static int cuda_init(cuda_backend *be, const ifl_model *m, ifl_err *err)
     if (be->max_T > 65535)
         return ifl_err_set(err, "cuda: max_tokens %d is more than one launch's 65535 rows",
                            be->max_T);
-    if ((size_t)be->max_blocks * (size_t)be->BS * sizeof(float) > 160 * 1024)
-        return ifl_err_set(err,
-                           "cuda: a %d-position context does not fit the attention "
-                           "kernel's shared memory",
-                           be->P);
     /* f16 matrices stay f16; everything else (f32, bf16, mixed) is held as bf16 */
     be->wdt = !m->mixed_dtypes && m->wte.dtype == IFL_DTYPE_F16 ? IFL_DTYPE_F16 : IFL_DTYPE_BF16;
     be->wtype = be->wdt == IFL_DTYPE_F16 ? CUDA_R_16F : CUDA_R_16BF;
@@ -611,6 +635,14 @@ static int cuda_init(cuda_backend *be, const ifl_model *m, ifl_err *err)
     if (ifl_cuda_probe(be->dev_desc, sizeof be->dev_desc, err))
         return -1;
     CU(cudaSetDevice(0));
+    size_t att_need = 0, att_limit = 0;
+    int ae = ifl_cuda_attention_setup(be->max_blocks * be->BS, &att_need, &att_limit);
+    if (ae == (int)cudaErrorInvalidValue)
+        return ifl_err_set(err,
+                           "cuda: a %d-position context needs %zu bytes of shared memory per "
+                           "attention block, the device allows %zu",
+                           be->P, att_need, att_limit);
+    KERNEL(ae);
     CU(cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking));
     BLAS(cublasCreate(&be->blas));
     BLAS(cublasSetStream(be->blas, be->stream));
@@ -641,6 +673,9 @@ static int cuda_init(cuda_backend *be, const ifl_model *m, ifl_err *err)
     for (int32_t sz = 1; sz < be->max_S && be->n_buckets < N_BUCKETS - 1; sz *= 2)
         be->bucket_size[be->n_buckets++] = sz;
     be->bucket_size[be->n_buckets++] = be->max_S;
+    /* The uploads and memsets above went to the legacy stream, which the step stream (non-blocking)
+     * does not wait for. */
+    CU(cudaDeviceSynchronize());
     return 0;
 }
 
@@ -655,6 +690,8 @@ ifl_backend *ifl_cuda_backend_new(const ifl_model *m, const ifl_backend_params *
     be->base.ops = &cuda_ops;
     be->base.model = m;
     be->base.params = *params;
+    if (be->base.params.kv_elem_bytes <= 0)
+        be->base.params.kv_elem_bytes = 2; /* the pool holds bf16 or f16 */
     ifl_backend_params_fill(&be->base.params, m, 8192);
     if (cuda_init(be, m, err)) {
         cuda_free(&be->base);

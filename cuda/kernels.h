@@ -60,7 +60,15 @@ int ifl_cuda_qkv_bias_kv_append(float *qkv, const float *bias, void *kv, ifl_dty
  * the sequence whose block table is block_tables[table_row[t] * bt_stride ..]; out[t][h*D + d] as
  * out_dt. n_keys[t] == 0 marks a padding row: its output is zero. Prefill chunks and decode tokens
  * mix freely in one launch. scale multiplies the scores (1/sqrt(D), and / (layer + 1) when the
- * config asks). max_keys bounds n_keys (the context size): it sizes the shared memory. */
+ * config asks). max_keys bounds n_keys (the context size): it sizes the shared memory. Keys at or
+ * past n_keys[t], and block-table entries past the ones those keys need, are never read. Head size
+ * D = C / H up to 256; out_dt may be f32, f16 or bf16. */
+/* attention.cu: checks that a max_keys-long score row fits the device's shared memory (need and
+ * limit in bytes are written) and opts the kernel in to more than the default 48 KB when it needs
+ * it. Call once per device before launching with that max_keys (the backend does at start-up);
+ * contexts up to ~11,800 positions need nothing. */
+int ifl_cuda_attention_setup(int32_t max_keys, size_t *need, size_t *limit);
+
 int ifl_cuda_attention(void *out, ifl_dtype out_dt, const float *qkv, const void *kv,
                        ifl_dtype kv_dt, const int32_t *n_keys, const int32_t *table_row,
                        const int32_t *block_tables, int32_t bt_stride, int32_t T, int32_t C,

@@ -18,7 +18,8 @@ void ifl_backend_params_fill(ifl_backend_params *p, const ifl_model *m, int64_t 
     if (p->kv_blocks <= 0) {
         int64_t per_seq = (c->n_ctx + p->kv_block_size - 1) / p->kv_block_size;
         int64_t want = per_seq * p->max_seqs;
-        int64_t block_bytes = (int64_t)c->n_layer * 2 * c->n_embd * p->kv_block_size * 4;
+        int64_t elem = p->kv_elem_bytes > 0 ? p->kv_elem_bytes : 4;
+        int64_t block_bytes = (int64_t)c->n_layer * 2 * c->n_embd * p->kv_block_size * elem;
         int64_t cap = kv_mem_mb > 0 ? kv_mem_mb * 1024 * 1024 / block_bytes : want;
         if (cap < per_seq)
             cap = per_seq; /* always room for one full context */

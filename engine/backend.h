@@ -31,6 +31,8 @@ typedef struct {
     int32_t kv_block_size;       /* tokens per block */
     int32_t max_tokens;          /* most tokens in one step (T) */
     int32_t max_seqs;            /* most sequences in one step (S) */
+    int32_t kv_elem_bytes;       /* bytes of one KV element as the backend stores it (CPU f32: 4,
+                                    CUDA 16-bit: 2), for sizing the pool by memory; 0: 4 */
     int32_t sgemm_above;         /* CPU: matrix products of more rows use OpenBLAS sgemm; 0: the
                                     measured default (never with AVX-512); for comparisons */
     struct ifl_threadpool *pool; /* CPU: a pool to share with other backends (their steps then

@@ -1514,6 +1514,7 @@ static void *loader_main(void *arg)
         ifl_backend_params bp = {.max_seqs = o->max_batch,
                                  .max_tokens = step_tokens,
                                  .n_threads = o->threads,
+                                 .kv_elem_bytes = s->device == IFL_DEVICE_CUDA ? 2 : 4,
                                  .pool = s->pool};
         if (o->kv_mem_mb > 0)
             ifl_backend_params_fill(&bp, &s->model, o->kv_mem_mb);
