@@ -90,6 +90,7 @@ typedef struct {
     void *sample_scratch;
     /* decode graphs */
     int use_graphs;
+    int graph_failed; /* a capture failed: decode steps run eagerly */
     int32_t bucket_size[N_BUCKETS];
     int n_buckets;
     int bucket_seen[N_BUCKETS];
@@ -204,7 +205,7 @@ static int forward(cuda_backend *be, int32_t T, int32_t S, ifl_err *err)
     for (int32_t l = 0; l < L; l++) {
         const dev_layer *ly = &be->layers[l];
         if (gemm_kn(be, be->qkv, be->xn, ly->qkv_w, T, C, 3 * C, err))
-            return -1;
+            return ifl_err_prefix(err, "layer %d, qkv product", l);
         KERNEL(ifl_cuda_qkv_bias_kv_append(be->qkv, ly->qkv_b, be->kv, be->wdt, d + ml->kv_slot, T,
                                            C, H, l, L, be->BS, st));
         float scale = be->attn_scale;
@@ -214,14 +215,14 @@ static int forward(cuda_backend *be, int32_t T, int32_t S, ifl_err *err)
                                   d + ml->table_row, d + ml->tables, be->max_blocks, T, C, H, l, L,
                                   be->BS, be->max_blocks * be->BS, scale, st));
         if (gemm_kn(be, be->tmp, be->att, ly->proj_w, T, C, C, err))
-            return -1;
+            return ifl_err_prefix(err, "layer %d, attention projection product", l);
         KERNEL(ifl_cuda_add_layernorm(be->xn, be->wdt, be->x, be->tmp, ly->proj_b, ly->ln2_w,
                                       ly->ln2_b, NULL, T, C, be->eps, st));
         if (gemm_kn(be, be->tmp, be->xn, ly->fc_w, T, C, F, err))
-            return -1;
+            return ifl_err_prefix(err, "layer %d, fc product", l);
         KERNEL(ifl_cuda_bias_gelu(be->ff, be->wdt, be->tmp, ly->fc_b, T, F, be->erf_gelu, st));
         if (gemm_kn(be, be->tmp, be->ff, ly->mproj_w, T, F, C, err))
-            return -1;
+            return ifl_err_prefix(err, "layer %d, MLP projection product", l);
         if (l + 1 < L)
             KERNEL(ifl_cuda_add_layernorm(be->xn, be->wdt, be->x, be->tmp, ly->mproj_b,
                                           be->layers[l + 1].ln1_w, be->layers[l + 1].ln1_b, NULL, T,
@@ -329,6 +330,7 @@ static int run_forward(cuda_backend *be, const ifl_batch *b, ifl_err *err)
         cudaGetLastError();
         be->graph[bk] = NULL;
         be->use_graphs = 0;
+        be->graph_failed = 1;
         return forward(be, T, S, err);
     }
     be->graph_steps++;
@@ -439,7 +441,10 @@ static void cuda_describe(const ifl_backend *base, char *buf, int cap)
              "decode graphs %s",
              be->dev_desc, ifl_dtype_name(be->wdt), (double)be->wbytes / 1048576.0,
              base->params.kv_blocks, base->params.kv_block_size, (double)be->kv_bytes / 1048576.0,
-             ifl_dtype_name(be->wdt), be->use_graphs ? "on" : "off (IFL_CUDA_GRAPHS=0)");
+             ifl_dtype_name(be->wdt),
+             be->use_graphs     ? "on"
+             : be->graph_failed ? "off (a capture failed)"
+                                : "off (IFL_CUDA_GRAPHS=0)");
 }
 
 static const ifl_backend_ops cuda_ops = {
