@@ -333,7 +333,7 @@ static int bench_engine(int argc, char **argv)
     if (device == IFL_DEVICE_CUDA) {
         const char *hbm = getenv("IFL_HBM_GBS");
         gbs = hbm && atof(hbm) > 0 ? atof(hbm) : 4300.0;
-        double C = mc->n_embd, F = mc->n_inner ? mc->n_inner : 4.0 * C, L = mc->n_layer;
+        double C = mc->n_embd, F = ifl_config_n_inner(mc), L = mc->n_layer;
         double mats = (double)mc->n_vocab * C * (model.lm_head.data == model.wte.data ? 1 : 2) + C +
                       L * (4 * C * C + 2 * C * F); /* wte (+ lm_head), one wpe row, layers */
         double vecs = 2 * C + L * (9 * C + F);     /* LayerNorms and biases, f32 */

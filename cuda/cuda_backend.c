@@ -617,7 +617,7 @@ static int cuda_init(cuda_backend *be, const ifl_model *m, ifl_err *err)
     be->H = c->n_head;
     be->C = c->n_embd;
     be->D = c->n_embd / c->n_head;
-    be->F = c->n_inner ? c->n_inner : 4 * c->n_embd;
+    be->F = ifl_config_n_inner(c);
     be->V = c->n_vocab;
     be->P = c->n_ctx;
     be->BS = p->kv_block_size;
@@ -687,17 +687,10 @@ static int cuda_init(cuda_backend *be, const ifl_model *m, ifl_err *err)
 ifl_backend *ifl_cuda_backend_new(const ifl_model *m, const ifl_backend_params *params,
                                   ifl_err *err)
 {
-    cuda_backend *be = calloc(1, sizeof *be);
-    if (!be) {
-        ifl_err_set(err, "out of memory");
+    /* the pool holds bf16 or f16: 2-byte elements, up to 8 GiB by default */
+    cuda_backend *be = ifl_backend_alloc(sizeof *be, &cuda_ops, m, params, 2, 8192, err);
+    if (!be)
         return NULL;
-    }
-    be->base.ops = &cuda_ops;
-    be->base.model = m;
-    be->base.params = *params;
-    if (be->base.params.kv_elem_bytes <= 0)
-        be->base.params.kv_elem_bytes = 2; /* the pool holds bf16 or f16 */
-    ifl_backend_params_fill(&be->base.params, m, 8192);
     if (cuda_init(be, m, err)) {
         cuda_free(&be->base);
         return NULL;

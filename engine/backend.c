@@ -1,8 +1,10 @@
-/* backend.c: what every backend shares: default parameters and batch validation (see backend.h). */
+/* backend.c: what every backend shares: default parameters, the constructors' common part, batch
+ * validation, and step + sampling for backends that do not sample on the device (see backend.h). */
 #include "backend.h"
 #include "philox.h"
 
 #include <stddef.h>
+#include <stdlib.h>
 
 void ifl_backend_params_fill(ifl_backend_params *p, const ifl_model *m, int64_t kv_mem_mb)
 {
@@ -25,6 +27,24 @@ void ifl_backend_params_fill(ifl_backend_params *p, const ifl_model *m, int64_t 
             cap = per_seq; /* always room for one full context */
         p->kv_blocks = (int32_t)(want < cap ? want : cap);
     }
+}
+
+void *ifl_backend_alloc(size_t size, const ifl_backend_ops *ops, const ifl_model *m,
+                        const ifl_backend_params *p, int32_t kv_elem_bytes, int64_t kv_mem_mb,
+                        ifl_err *err)
+{
+    ifl_backend *be = calloc(1, size);
+    if (!be) {
+        ifl_err_set(err, "out of memory");
+        return NULL;
+    }
+    be->ops = ops;
+    be->model = m;
+    be->params = *p;
+    if (be->params.kv_elem_bytes <= 0)
+        be->params.kv_elem_bytes = kv_elem_bytes;
+    ifl_backend_params_fill(&be->params, m, kv_mem_mb);
+    return be;
 }
 
 int ifl_batch_validate(const ifl_backend *be, const ifl_batch *b, ifl_err *err)

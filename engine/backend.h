@@ -74,6 +74,14 @@ struct ifl_backend {
  * max_seqs full contexts capped by kv_mem_mb of memory, max_tokens 512, max_seqs 64. */
 void ifl_backend_params_fill(ifl_backend_params *p, const ifl_model *m, int64_t kv_mem_mb);
 
+/* For backend constructors: allocates a backend struct of `size` bytes (zeroed) whose first member
+ * is an ifl_backend, fills that in (ops, model, the params with defaults: KV elements of
+ * kv_elem_bytes unless the caller set them, the pool capped by kv_mem_mb). NULL when out of memory.
+ */
+void *ifl_backend_alloc(size_t size, const ifl_backend_ops *ops, const ifl_model *m,
+                        const ifl_backend_params *p, int32_t kv_elem_bytes, int64_t kv_mem_mb,
+                        ifl_err *err);
+
 /* Checks a batch against the model and the backend's limits; the error names the field. */
 int ifl_batch_validate(const ifl_backend *be, const ifl_batch *b, ifl_err *err);
 

@@ -29,6 +29,12 @@ typedef struct {
     int32_t bos_token_id, eos_token_id;
 } ifl_config;
 
+/* F: the MLP width (config n_inner, or 4C when it is null). */
+static inline int32_t ifl_config_n_inner(const ifl_config *c)
+{
+    return c->n_inner ? c->n_inner : 4 * c->n_embd;
+}
+
 /* Reads and validates config.json. Errors name the file and the field. */
 int ifl_config_load(ifl_config *c, const char *path, ifl_err *err);
 

@@ -428,22 +428,16 @@ static const ifl_backend_ops cpu_ops = {
 
 ifl_backend *ifl_cpu_backend_new(const ifl_model *m, const ifl_backend_params *params, ifl_err *err)
 {
-    cpu_backend *be = calloc(1, sizeof *be);
-    if (!be) {
-        ifl_err_set(err, "out of memory");
+    cpu_backend *be = ifl_backend_alloc(sizeof *be, &cpu_ops, m, params, 4, 2048, err);
+    if (!be)
         return NULL;
-    }
-    be->base.ops = &cpu_ops;
-    be->base.model = m;
-    be->base.params = *params;
-    ifl_backend_params_fill(&be->base.params, m, 2048);
     const ifl_backend_params *p = &be->base.params;
     const ifl_config *c = &m->cfg;
     be->L = c->n_layer;
     be->H = c->n_head;
     be->C = c->n_embd;
     be->D = c->n_embd / c->n_head;
-    be->F = c->n_inner ? c->n_inner : 4 * c->n_embd;
+    be->F = ifl_config_n_inner(c);
     be->V = c->n_vocab;
     be->P = c->n_ctx;
     be->BS = p->kv_block_size;

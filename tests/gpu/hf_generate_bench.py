@@ -22,7 +22,7 @@ import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hf_parity import SEED_PROMPT, inflight_ids, load_hf  # noqa: E402
+from hf_parity import SEED_PROMPT, inflight_ids, json_dumper, load_hf, offline_env  # noqa: E402
 
 
 def log(msg):
@@ -93,16 +93,10 @@ def main():
     ap.add_argument("--no-seed-profile", action="store_true")
     ap.add_argument("--json")
     args = ap.parse_args()
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    offline_env()
     res = {"generate": [], "seed_profile": None}
     t_start = time.time()
-
-    def dump():
-        res["seconds"] = round(time.time() - t_start, 1)
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(res, f, indent=1)
+    dump = json_dumper(res, args.json, t_start)
 
     try:
         import torch

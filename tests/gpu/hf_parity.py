@@ -49,6 +49,23 @@ LONG_PROMPT = (
 )
 
 
+
+def offline_env():
+    """No network on the GPU machine: Hugging Face must not try to reach the hub."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def json_dumper(res, path, t_start):
+    """A function that writes res (with the seconds since t_start) to path, when path is set."""
+    def dump():
+        res["seconds"] = round(time.time() - t_start, 1)
+        if path:
+            with open(path, "w") as f:
+                json.dump(res, f, indent=1)
+    return dump
+
 def log(msg):
     print(msg, flush=True)
 
@@ -198,18 +215,11 @@ def main():
     ap.add_argument("--timeout", type=float, default=120, help="per inflight run, seconds")
     args = ap.parse_args()
 
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    offline_env()
     devices = [d for d in args.devices.split(",") if d]
     res = {"comparisons": [], "ok": False, "errors": []}
     t_start = time.time()
-
-    def dump():
-        res["seconds"] = round(time.time() - t_start, 1)
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(res, f, indent=1)
+    dump = json_dumper(res, args.json, t_start)
 
     try:
         import numpy as np  # noqa: F401

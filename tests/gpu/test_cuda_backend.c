@@ -168,6 +168,19 @@ static int load_model(ifl_model *m, const char *dir, int cpu_layout, int convert
     return 0;
 }
 
+/* The same checkpoint twice: for the CPU backend (its panel layouts, f32 math on the stored
+ * weights) and for the CUDA backend (row-major; converted to dt at load when convert). */
+static int load_pair(ifl_model *mc, ifl_model *mg, const char *dir, int convert, ifl_dtype dt)
+{
+    if (load_model(mc, dir, 1, 0, IFL_DTYPE_F32))
+        return -1;
+    if (load_model(mg, dir, 0, convert, dt)) {
+        ifl_model_free(mc);
+        return -1;
+    }
+    return 0;
+}
+
 static ifl_backend *new_backend(int gpu, const ifl_model *m)
 {
     ifl_err err;
@@ -323,12 +336,8 @@ static void test_vs_cpu(const char *dir, const char *label, int convert, ifl_dty
                         double tol, double min_agree)
 {
     ifl_model mc, mg;
-    if (load_model(&mc, dir, 1, 0, IFL_DTYPE_F32))
+    if (load_pair(&mc, &mg, dir, convert, conv_dt))
         return;
-    if (load_model(&mg, dir, 0, convert, conv_dt)) {
-        ifl_model_free(&mc);
-        return;
-    }
     ifl_backend *cpu = new_backend(0, &mc), *gpu = new_backend(1, &mg);
     int32_t V = mc.cfg.n_vocab;
     if (cpu && gpu) {
@@ -394,12 +403,8 @@ static void test_ragged(const char *dir, const char *label, double tol_self, dou
     enum { NSEQ = 16, NDEC = 8, BUDGET = 40 };
     static const int32_t lens[NSEQ] = {1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 7, 30, 64, 100, 160};
     ifl_model mc, mg;
-    if (load_model(&mc, dir, 1, 0, IFL_DTYPE_F32))
+    if (load_pair(&mc, &mg, dir, 0, IFL_DTYPE_F32))
         return;
-    if (load_model(&mg, dir, 0, 0, IFL_DTYPE_F32)) {
-        ifl_model_free(&mc);
-        return;
-    }
     ifl_backend *cpu = new_backend(0, &mc), *gpu = new_backend(1, &mg);
     int32_t V = mc.cfg.n_vocab;
     if (cpu && gpu) {
@@ -613,12 +618,8 @@ static int greedy_run(ifl_backend *be, const int32_t *const *prompts, const int3
 static void test_greedy(const char *dir)
 {
     ifl_model mc, mg;
-    if (load_model(&mc, dir, 1, 0, IFL_DTYPE_F32))
+    if (load_pair(&mc, &mg, dir, 0, IFL_DTYPE_F32))
         return;
-    if (load_model(&mg, dir, 0, 0, IFL_DTYPE_F32)) {
-        ifl_model_free(&mc);
-        return;
-    }
     ifl_backend *cpu = new_backend(0, &mc), *gpu = new_backend(1, &mg);
     if (cpu && gpu) {
         int32_t V = mc.cfg.n_vocab;
