@@ -1,4 +1,5 @@
-/* strbuf.h: a growable byte buffer for building JSON frames and HTTP bodies on the service thread.
+/* strbuf.h: a growable byte buffer for building JSON frames and HTTP bodies (the server's service
+ * thread, the client). Not thread-safe: one owner at a time.
  *
  * The buffer keeps `pre` spare bytes in front of the text (libwebsockets' LWS_PRE) so a frame can
  * be handed to lws_write without a copy. Appends never fail loudly: on out-of-memory the buffer
