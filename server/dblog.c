@@ -1,8 +1,13 @@
-/* dblog.c: the request log's writer thread (dblog.h).
+/* dblog.c: the request log's writer thread (dblog.h); the records and how each kind is written
+ * are dblog_rec.c's. What it is not: the migrations (db.c) or the history queries (history.c).
  *
  * State and its guards:
- *   {lock}   the queue (a FIFO of records), `held` (records queued or carried), `stopping`,
- *            the stats.
+ *   d->q     the records waiting (common/fifo.h, its own lock): bounded by queue_cap, counting
+ *            the carried batch as held until it is written; closed by ifl_dblog_stop, which also
+ *            cuts the writer's sleep short (flush interval, retry wait: a new record does not).
+ *   {lock}   the stats, stop_deadline_us. Lock order: lock, then q's lock (a committed batch
+ *            leaves the bound in the same critical section that counts it written, so a stats
+ *            snapshot never counts a record twice or not at all).
  *   writer   the connection, its prepared statements, the carried batch (records taken from the
  *   thread   queue whose transaction failed: written first at the next attempt).
  * One round: wait up to flush_ms for records; take all of them; (re)open the database if needed;
@@ -18,51 +23,21 @@
 #include <time.h>
 
 #include "db.h"
-
-typedef enum { REC_SESSION_OPEN = 0, REC_SESSION_CLOSE, REC_REQUEST, REC_STEP } rec_kind;
-
-typedef struct rec {
-    struct rec *next;
-    rec_kind kind;
-    /* strings point into the same allocation (after the struct) */
-    const char *session, *s1, *s2, *s3, *s4, *s5, *s6, *s7;
-    size_t s4_len, s7_len;
-    double d[10];
-    int64_t i[8];
-    const uint32_t *offsets;
-    int32_t n_offsets;
-} rec;
-
-enum { ST_SESSION_OPEN, ST_SESSION_CLOSE, ST_REQUEST, ST_TOKENS, ST_STEP, N_ST };
-static const char *const SQL[N_ST] = {
-    "INSERT OR IGNORE INTO sessions (session, user_key, remote_addr, user_agent, connected_at) "
-    "VALUES (?1, ?2, ?3, ?4, ?5)",
-    "UPDATE sessions SET closed_at = ?2, close_reason = ?3 WHERE session = ?1",
-    "INSERT INTO requests (session_id, client_id, policy, prompt, params, prompt_tokens, "
-    "completion_tokens, completion, finish_reason, error_code, queued_at, admitted_at, "
-    "first_token_at, finished_at, queue_ms, ttft_ms, total_ms, tokens_per_s) VALUES ("
-    "(SELECT id FROM sessions WHERE session = ?1), ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, "
-    "?13, ?14, ?15, ?16, ?17, ?18)",
-    "INSERT INTO request_tokens (request_id, n_tokens, offsets_us) VALUES (?1, ?2, ?3)",
-    "INSERT INTO steps (at, policy, step, batch_size, prefill_tokens, decode_tokens, step_ms, "
-    "running, waiting, kv_used) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-};
+#include "dblog_rec.h"
+#include "fifo.h"
 
 struct ifl_dblog {
     ifl_dblog_opts o;
     char *path;
     pthread_t thread;
+    ifl_fifo q; /* rec nodes (own lock) */
     pthread_mutex_t lock;
-    pthread_cond_t wake;
-    rec *head, *tail;         /* {lock} */
-    int32_t held;             /* {lock} queued + carried */
-    int stopping;             /* {lock} */
     int64_t stop_deadline_us; /* {lock} */
-    ifl_dblog_stats stats;    /* {lock} */
+    ifl_dblog_stats stats;    /* {lock} (stats.queued is filled from q when read) */
     /* writer thread */
     sqlite3 *db;
     sqlite3_stmt *st[N_ST];
-    rec *carry;
+    ifl_fifo_node *carry;
     double next_open_ms, next_retention_ms;
     int closed_stale;      /* the previous run's open sessions have been closed */
     double last_report_ms; /* failures are reported at most every 30 s */
@@ -77,52 +52,23 @@ static uint64_t mono_us(void)
     return (uint64_t)t.tv_sec * 1000000u + (uint64_t)t.tv_nsec / 1000u;
 }
 
-/* ---- records -------------------------------------------------------------------------------- */
+/* ---- records (any thread that enqueues: the service thread) ---------------------------------- */
 
-static size_t slen(const char *s)
+static void free_list(ifl_fifo_node *n)
 {
-    return s ? strlen(s) + 1 : 0;
-}
-
-/* Copies s (n bytes, NUL added) into *p; returns the copy or NULL for a NULL s. */
-static const char *put(char **p, const char *s, size_t n)
-{
-    if (!s)
-        return NULL;
-    char *d = *p;
-    memcpy(d, s, n);
-    d[n] = 0;
-    *p += n + 1;
-    return d;
-}
-
-static void free_list(rec *r)
-{
-    while (r) {
-        rec *n = r->next;
-        free(r);
-        r = n;
+    while (n) {
+        ifl_fifo_node *next = n->next;
+        free(n); /* the node is the record's first member */
+        n = next;
     }
 }
 
-static int enqueue(ifl_dblog *d, rec *r, int may_drop)
+static int32_t count_list(const ifl_fifo_node *n)
 {
-    pthread_mutex_lock(&d->lock);
-    if ((may_drop && d->held >= d->o.queue_cap) || d->stopping) {
-        d->stats.dropped_full++;
-        pthread_mutex_unlock(&d->lock);
-        free(r);
-        return -1;
-    }
-    r->next = NULL;
-    if (d->tail)
-        d->tail->next = r;
-    else
-        d->head = r;
-    d->tail = r;
-    d->held++;
-    pthread_mutex_unlock(&d->lock);
-    return 0;
+    int32_t k = 0;
+    for (; n; n = n->next)
+        k++;
+    return k;
 }
 
 static void count_drop(ifl_dblog *d)
@@ -132,104 +78,36 @@ static void count_drop(ifl_dblog *d)
     pthread_mutex_unlock(&d->lock);
 }
 
-/* A record of `kind` with `extra` bytes after it for its strings; NULL (counted as dropped) when
- * memory ran out. */
-static rec *rec_new(ifl_dblog *d, rec_kind kind, size_t extra)
+/* Queues r, or drops it (freed, counted as dropped_full) when it could not be made (out of
+ * memory), when the log is stopping or, for a record that may be dropped, when queue_cap records
+ * are held. */
+static int enqueue(ifl_dblog *d, rec *r, int may_drop)
 {
-    rec *r = calloc(1, sizeof *r + extra);
-    if (!r) {
-        count_drop(d);
-        return NULL;
-    }
-    r->kind = kind;
-    return r;
+    if (r && ifl_fifo_push(&d->q, &r->node, !may_drop) == IFL_FIFO_OK)
+        return 0;
+    count_drop(d);
+    free(r);
+    return -1;
 }
 
 int ifl_dblog_session_open(ifl_dblog *d, const ifl_dblog_session *s)
 {
-    size_t n =
-        slen(s->session) + slen(s->user_key_sha256) + slen(s->remote_addr) + slen(s->user_agent);
-    rec *r = rec_new(d, REC_SESSION_OPEN, n);
-    if (!r)
-        return -1;
-    char *p = (char *)(r + 1);
-    r->session = put(&p, s->session, strlen(s->session));
-    r->s1 = put(&p, s->user_key_sha256, s->user_key_sha256 ? strlen(s->user_key_sha256) : 0);
-    r->s2 = put(&p, s->remote_addr, s->remote_addr ? strlen(s->remote_addr) : 0);
-    r->s3 = put(&p, s->user_agent, s->user_agent ? strlen(s->user_agent) : 0);
-    r->d[0] = s->at_ms;
-    return enqueue(d, r, 0);
+    return enqueue(d, dblog_rec_session_open(s), 0);
 }
 
 int ifl_dblog_session_close(ifl_dblog *d, const char *session, double at_ms, const char *reason)
 {
-    rec *r = rec_new(d, REC_SESSION_CLOSE, slen(session) + slen(reason));
-    if (!r)
-        return -1;
-    char *p = (char *)(r + 1);
-    r->session = put(&p, session, strlen(session));
-    r->s1 = put(&p, reason, reason ? strlen(reason) : 0);
-    r->d[0] = at_ms;
-    return enqueue(d, r, 0);
+    return enqueue(d, dblog_rec_session_close(session, at_ms, reason), 0);
 }
 
 int ifl_dblog_request_done(ifl_dblog *d, const ifl_dblog_request *q)
 {
-    size_t off_bytes = (size_t)(q->n_offsets > 0 ? q->n_offsets : 0) * sizeof(uint32_t);
-    size_t n = off_bytes + slen(q->session) + slen(q->client_id) + slen(q->policy) +
-               (q->prompt ? q->prompt_len + 1 : 0) + slen(q->params_json) +
-               (q->completion ? q->completion_len + 1 : 0) + slen(q->finish_reason) +
-               slen(q->error_code);
-    rec *r = rec_new(d, REC_REQUEST, n + sizeof(uint32_t));
-    if (!r)
-        return -1;
-    /* the offsets first, aligned right after the struct */
-    uint32_t *off = (uint32_t *)(void *)(r + 1);
-    if (off_bytes)
-        memcpy(off, q->offsets_us, off_bytes);
-    char *p = (char *)off + off_bytes;
-    r->offsets = off;
-    r->n_offsets = q->n_offsets > 0 ? q->n_offsets : 0;
-    r->session = put(&p, q->session, strlen(q->session));
-    r->s1 = put(&p, q->client_id, strlen(q->client_id));
-    r->s2 = put(&p, q->policy, strlen(q->policy));
-    r->s3 = put(&p, q->params_json, q->params_json ? strlen(q->params_json) : 0);
-    r->s4 = put(&p, q->prompt, q->prompt_len);
-    r->s4_len = q->prompt_len;
-    r->s5 = put(&p, q->finish_reason, q->finish_reason ? strlen(q->finish_reason) : 0);
-    r->s6 = put(&p, q->error_code, q->error_code ? strlen(q->error_code) : 0);
-    r->s7 = put(&p, q->completion, q->completion_len);
-    r->s7_len = q->completion_len;
-    r->i[0] = q->prompt_tokens;
-    r->i[1] = q->completion_tokens;
-    r->d[0] = q->queued_at;
-    r->d[1] = q->admitted_at;
-    r->d[2] = q->first_token_at;
-    r->d[3] = q->finished_at;
-    r->d[4] = q->queue_ms;
-    r->d[5] = q->ttft_ms;
-    r->d[6] = q->total_ms;
-    r->d[7] = q->tokens_per_s;
-    return enqueue(d, r, 1);
+    return enqueue(d, dblog_rec_request(q), 1);
 }
 
 int ifl_dblog_step_sample(ifl_dblog *d, const ifl_dblog_step *s)
 {
-    rec *r = rec_new(d, REC_STEP, slen(s->policy));
-    if (!r)
-        return -1;
-    char *p = (char *)(r + 1);
-    r->s1 = put(&p, s->policy, strlen(s->policy));
-    r->d[0] = s->at_ms;
-    r->d[1] = s->step_ms;
-    r->i[0] = (int64_t)s->step;
-    r->i[1] = s->batch_size;
-    r->i[2] = s->prefill_tokens;
-    r->i[3] = s->decode_tokens;
-    r->i[4] = s->running;
-    r->i[5] = s->waiting;
-    r->i[6] = s->kv_used;
-    return enqueue(d, r, 1);
+    return enqueue(d, dblog_rec_step(s), 1);
 }
 
 /* ---- the writer thread ---------------------------------------------------------------------- */
@@ -271,8 +149,8 @@ static int open_db(ifl_dblog *d, ifl_err *err, int *fatal)
         return -1;
     }
     for (int i = 0; i < N_ST; i++)
-        if (sqlite3_prepare_v3(d->db, SQL[i], -1, SQLITE_PREPARE_PERSISTENT, &d->st[i], NULL) !=
-            SQLITE_OK) {
+        if (sqlite3_prepare_v3(d->db, DBLOG_SQL[i], -1, SQLITE_PREPARE_PERSISTENT, &d->st[i],
+                               NULL) != SQLITE_OK) {
             ifl_err_set(err, "%s: preparing a statement: %s", d->path, sqlite3_errmsg(d->db));
             close_db(d);
             return -1;
@@ -305,30 +183,6 @@ static int open_db(ifl_dblog *d, ifl_err *err, int *fatal)
     return 0;
 }
 
-static void bind_text(sqlite3_stmt *st, int i, const char *s, size_t n)
-{
-    if (s)
-        sqlite3_bind_text(st, i, s, (int)n, SQLITE_STATIC);
-    else
-        sqlite3_bind_null(st, i);
-}
-
-static void bind_time(sqlite3_stmt *st, int i, double v)
-{
-    if (v > 0)
-        sqlite3_bind_double(st, i, v);
-    else
-        sqlite3_bind_null(st, i);
-}
-
-static void bind_ms(sqlite3_stmt *st, int i, double v)
-{
-    if (v >= 0)
-        sqlite3_bind_double(st, i, v);
-    else
-        sqlite3_bind_null(st, i);
-}
-
 /* One line when the log starts failing, then at most one every 30 s while it goes on. */
 static void report_failure(ifl_dblog *d, const char *msg, int32_t kept)
 {
@@ -345,92 +199,19 @@ static void report_failure(ifl_dblog *d, const char *msg, int32_t kept)
     d->failures_unreported = 0;
 }
 
-/* Writes one record. 0 written; 1 refused by the database (skip it); -1 the database failed. */
-static int write_rec(ifl_dblog *d, const rec *r)
-{
-    sqlite3_stmt *st = NULL;
-    switch (r->kind) {
-    case REC_SESSION_OPEN:
-        st = d->st[ST_SESSION_OPEN];
-        bind_text(st, 1, r->session, strlen(r->session));
-        bind_text(st, 2, r->s1, r->s1 ? strlen(r->s1) : 0);
-        bind_text(st, 3, r->s2, r->s2 ? strlen(r->s2) : 0);
-        bind_text(st, 4, r->s3, r->s3 ? strlen(r->s3) : 0);
-        sqlite3_bind_double(st, 5, r->d[0]);
-        break;
-    case REC_SESSION_CLOSE:
-        st = d->st[ST_SESSION_CLOSE];
-        bind_text(st, 1, r->session, strlen(r->session));
-        sqlite3_bind_double(st, 2, r->d[0]);
-        bind_text(st, 3, r->s1, r->s1 ? strlen(r->s1) : 0);
-        break;
-    case REC_REQUEST:
-        st = d->st[ST_REQUEST];
-        bind_text(st, 1, r->session, strlen(r->session));
-        bind_text(st, 2, r->s1, strlen(r->s1));
-        bind_text(st, 3, r->s2, strlen(r->s2));
-        bind_text(st, 4, r->s4 ? r->s4 : "", r->s4 ? r->s4_len : 0);
-        bind_text(st, 5, r->s3 ? r->s3 : "{}", r->s3 ? strlen(r->s3) : 2);
-        if (r->i[0] >= 0)
-            sqlite3_bind_int64(st, 6, r->i[0]);
-        else
-            sqlite3_bind_null(st, 6);
-        sqlite3_bind_int64(st, 7, r->i[1]);
-        bind_text(st, 8, r->s7, r->s7_len);
-        bind_text(st, 9, r->s5, r->s5 ? strlen(r->s5) : 0);
-        bind_text(st, 10, r->s6, r->s6 ? strlen(r->s6) : 0);
-        sqlite3_bind_double(st, 11, r->d[0]);
-        bind_time(st, 12, r->d[1]);
-        bind_time(st, 13, r->d[2]);
-        bind_time(st, 14, r->d[3]);
-        for (int k = 0; k < 4; k++)
-            bind_ms(st, 15 + k, r->d[4 + k]);
-        break;
-    case REC_STEP:
-        st = d->st[ST_STEP];
-        sqlite3_bind_double(st, 1, r->d[0]);
-        bind_text(st, 2, r->s1, strlen(r->s1));
-        for (int k = 0; k < 4; k++)
-            sqlite3_bind_int64(st, 3 + k, r->i[k]);
-        sqlite3_bind_double(st, 7, r->d[1]);
-        for (int k = 0; k < 3; k++)
-            sqlite3_bind_int64(st, 8 + k, r->i[4 + k]);
-        break;
-    }
-    int rc = sqlite3_step(st);
-    sqlite3_reset(st);
-    sqlite3_clear_bindings(st);
-    if (rc != SQLITE_DONE)
-        return (rc & 0xff) == SQLITE_CONSTRAINT || (rc & 0xff) == SQLITE_MISMATCH ||
-                       (rc & 0xff) == SQLITE_TOOBIG
-                   ? 1
-                   : -1;
-    if (r->kind == REC_REQUEST && r->n_offsets > 0) {
-        /* little-endian uint32 (this machine's order, checked at start) */
-        sqlite3_stmt *t = d->st[ST_TOKENS];
-        sqlite3_bind_int64(t, 1, sqlite3_last_insert_rowid(d->db));
-        sqlite3_bind_int(t, 2, r->n_offsets);
-        sqlite3_bind_blob(t, 3, r->offsets, r->n_offsets * (int)sizeof(uint32_t), SQLITE_STATIC);
-        rc = sqlite3_step(t);
-        sqlite3_reset(t);
-        sqlite3_clear_bindings(t);
-        if (rc != SQLITE_DONE)
-            return (rc & 0xff) == SQLITE_CONSTRAINT ? 1 : -1;
-    }
-    return 0;
-}
-
-/* One transaction for the batch. 0: committed (the batch is freed); -1: kept for a retry. */
-static int write_batch(ifl_dblog *d, rec *batch, int32_t n)
+/* One transaction for the batch (n records). 0: committed (the batch is freed and leaves the
+ * bound); -1: kept for a retry (still held). */
+static int write_batch(ifl_dblog *d, ifl_fifo_node *batch, int32_t n)
 {
     char msg[256];
     if (sqlite3_exec(d->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
         snprintf(msg, sizeof msg, "%s: BEGIN: %s", d->path, sqlite3_errmsg(d->db));
         goto fail;
     }
-    uint64_t written[4] = {0}, rejected = 0;
-    for (rec *r = batch; r; r = r->next) {
-        int w = write_rec(d, r);
+    uint64_t written[N_REC] = {0}, rejected = 0;
+    for (ifl_fifo_node *nd = batch; nd; nd = nd->next) {
+        const rec *r = (const rec *)nd;
+        int w = dblog_rec_write(d->db, d->st, r);
         if (w < 0) {
             snprintf(msg, sizeof msg, "%s: writing: %s", d->path, sqlite3_errmsg(d->db));
             sqlite3_exec(d->db, "ROLLBACK", NULL, NULL, NULL);
@@ -447,13 +228,13 @@ static int write_batch(ifl_dblog *d, rec *batch, int32_t n)
         goto fail;
     }
     pthread_mutex_lock(&d->lock);
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < N_REC; k++)
         d->stats.written[k] += written[k];
     d->stats.dropped_rejected += rejected;
     d->stats.batches++;
     d->stats.up = 1;
     d->stats.last_batch_ms = ifl_db_now_ms();
-    d->held -= n;
+    ifl_fifo_done(&d->q, n); /* under lock: see the lock order at the top */
     pthread_mutex_unlock(&d->lock);
     free_list(batch);
     return 0;
@@ -497,78 +278,92 @@ static void retention(ifl_dblog *d)
     pthread_mutex_unlock(&d->lock);
 }
 
+/* The round's batch: the carried records first, then everything queued (waiting up to flush_ms
+ * for some when none is queued, unless stopping). *n gets its length. */
+static ifl_fifo_node *next_batch(ifl_dblog *d, int32_t *n)
+{
+    ifl_fifo_node *fresh = ifl_fifo_take_all(&d->q, NULL);
+    if (!fresh && !ifl_fifo_is_closed(&d->q)) {
+        ifl_fifo_wait_closed(&d->q, d->o.flush_ms); /* a new record does not end it: a stop does */
+        fresh = ifl_fifo_take_all(&d->q, NULL);
+    }
+    ifl_fifo_node *batch = fresh;
+    if (d->carry) {
+        ifl_fifo_node *last = d->carry;
+        while (last->next)
+            last = last->next;
+        last->next = fresh;
+        batch = d->carry;
+        d->carry = NULL;
+    }
+    *n = count_list(batch);
+    return batch;
+}
+
+/* Opens the database if it is closed and its retry time has come. */
+static void try_open(ifl_dblog *d, double now, int32_t kept)
+{
+    if (d->db || now < d->next_open_ms)
+        return;
+    ifl_err err;
+    int fatal;
+    if (open_db(d, &err, &fatal)) {
+        set_error(d, err.msg);
+        report_failure(d, err.msg, kept);
+        d->next_open_ms = now + d->o.retry_ms;
+    } else {
+        pthread_mutex_lock(&d->lock);
+        d->stats.up = 1;
+        pthread_mutex_unlock(&d->lock);
+    }
+}
+
+/* After the round's write: report a recovery, or keep the batch (still held) for the next round
+ * and close a database that failed (reopened after retry_ms). */
+static void settle(ifl_dblog *d, ifl_fifo_node *batch, int32_t n, int ok)
+{
+    if (ok && d->failing) {
+        fprintf(stderr,
+                "inflight: request log: writing to %s again (%d record(s) kept while "
+                "it failed are written)\n",
+                d->path, n);
+        d->failing = 0;
+        d->failures_unreported = 0;
+    }
+    if (n && !ok) {
+        d->carry = batch;
+        /* a database that fails at every write may be broken beyond a retry: reopen it */
+        if (d->db) {
+            close_db(d);
+            d->next_open_ms = ifl_db_now_ms() + d->o.retry_ms;
+        }
+    }
+}
+
+/* Writer thread. */
 static void *writer_main(void *arg)
 {
     ifl_dblog *d = arg;
     for (;;) {
-        pthread_mutex_lock(&d->lock);
-        if (!d->head && !d->stopping) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            int64_t ns = ts.tv_nsec + (int64_t)d->o.flush_ms * 1000000;
-            ts.tv_sec += ns / 1000000000;
-            ts.tv_nsec = ns % 1000000000;
-            pthread_cond_timedwait(&d->wake, &d->lock, &ts);
-        }
-        rec *batch = d->head;
-        d->head = d->tail = NULL;
-        int stopping = d->stopping;
-        int64_t deadline = d->stop_deadline_us;
-        pthread_mutex_unlock(&d->lock);
-        /* the carried records go first */
-        if (d->carry) {
-            rec *last = d->carry;
-            while (last->next)
-                last = last->next;
-            last->next = batch;
-            batch = d->carry;
-            d->carry = NULL;
-        }
-        int32_t n = 0;
-        for (rec *r = batch; r; r = r->next)
-            n++;
+        int32_t n;
+        ifl_fifo_node *batch = next_batch(d, &n);
+        int stopping = ifl_fifo_is_closed(&d->q);
         double now = ifl_db_now_ms();
-        if (!d->db && now >= d->next_open_ms) {
-            ifl_err err;
-            int fatal;
-            if (open_db(d, &err, &fatal)) {
-                set_error(d, err.msg);
-                report_failure(d, err.msg, n);
-                d->next_open_ms = now + d->o.retry_ms;
-            } else {
-                pthread_mutex_lock(&d->lock);
-                d->stats.up = 1;
-                pthread_mutex_unlock(&d->lock);
-            }
-        }
+        try_open(d, now, n);
         int ok = 0;
         if (d->db && n)
             ok = write_batch(d, batch, n) == 0;
-        if (ok && d->failing) {
-            fprintf(stderr,
-                    "inflight: request log: writing to %s again (%d record(s) kept while "
-                    "it failed are written)\n",
-                    d->path, n);
-            d->failing = 0;
-            d->failures_unreported = 0;
-        }
-        if (n && !ok) {
-            d->carry = batch;
-            /* a database that fails at every write may be broken beyond a retry: reopen it */
-            if (d->db) {
-                close_db(d);
-                d->next_open_ms = ifl_db_now_ms() + d->o.retry_ms;
-            }
-        }
+        settle(d, batch, n, ok);
         if (d->db && now >= d->next_retention_ms) {
             retention(d);
             d->next_retention_ms = now + d->o.retention_every_s * 1e3;
         }
         if (stopping) {
             pthread_mutex_lock(&d->lock);
-            int empty = !d->head && !d->carry;
+            int64_t deadline = d->stop_deadline_us;
             pthread_mutex_unlock(&d->lock);
-            if (empty || (int64_t)mono_us() >= deadline)
+            /* held: queued, or carried after a failure */
+            if (ifl_fifo_held(&d->q) == 0 || (int64_t)mono_us() >= deadline)
                 break;
             if (!ok && n) {
                 struct timespec ts = {.tv_sec = 0, .tv_nsec = 100000000};
@@ -576,19 +371,19 @@ static void *writer_main(void *arg)
                 d->next_open_ms = 0;
             }
         } else if (n && !ok) {
-            /* wait out the retry interval unless stopping */
-            pthread_mutex_lock(&d->lock);
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            int64_t ns = ts.tv_nsec + (int64_t)d->o.retry_ms * 1000000;
-            ts.tv_sec += ns / 1000000000;
-            ts.tv_nsec = ns % 1000000000;
-            if (!d->stopping)
-                pthread_cond_timedwait(&d->wake, &d->lock, &ts);
-            pthread_mutex_unlock(&d->lock);
+            ifl_fifo_wait_closed(&d->q, d->o.retry_ms); /* the retry interval, unless stopping */
         }
     }
     return NULL;
+}
+
+static void free_log(ifl_dblog *d)
+{
+    close_db(d);
+    ifl_fifo_destroy(&d->q);
+    pthread_mutex_destroy(&d->lock);
+    free(d->path);
+    free(d);
 }
 
 ifl_dblog *ifl_dblog_start(const ifl_dblog_opts *o, int *fatal, ifl_err *err)
@@ -618,8 +413,8 @@ ifl_dblog *ifl_dblog_start(const ifl_dblog_opts *o, int *fatal, ifl_err *err)
     if (d->o.retention_every_s <= 0)
         d->o.retention_every_s = 60;
     d->path = strdup(o->path);
+    ifl_fifo_init(&d->q, d->o.queue_cap);
     pthread_mutex_init(&d->lock, NULL);
-    pthread_cond_init(&d->wake, NULL);
     int f = 0;
     if (!d->path) {
         ifl_err_set(err, "out of memory");
@@ -640,11 +435,7 @@ ifl_dblog *ifl_dblog_start(const ifl_dblog_opts *o, int *fatal, ifl_err *err)
     }
     if (f) {
         *fatal = 1;
-        close_db(d);
-        pthread_mutex_destroy(&d->lock);
-        pthread_cond_destroy(&d->wake);
-        free(d->path);
-        free(d);
+        free_log(d);
         return NULL;
     }
     return d;
@@ -655,32 +446,24 @@ void ifl_dblog_stop(ifl_dblog *d, int32_t deadline_ms)
     if (!d)
         return;
     pthread_mutex_lock(&d->lock);
-    d->stopping = 1;
     d->stop_deadline_us = (int64_t)mono_us() + (int64_t)deadline_ms * 1000;
-    pthread_cond_broadcast(&d->wake);
     pthread_mutex_unlock(&d->lock);
+    ifl_fifo_close(&d->q); /* after the deadline is set: the writer reads it once it sees this */
     pthread_join(d->thread, NULL);
-    int32_t lost = 0;
-    for (rec *r = d->carry; r; r = r->next)
-        lost++;
-    for (rec *r = d->head; r; r = r->next)
-        lost++;
+    ifl_fifo_node *left = ifl_fifo_take_all(&d->q, NULL);
+    int32_t lost = count_list(d->carry) + count_list(left);
     if (lost)
         fprintf(stderr, "inflight: request log: %d record(s) could not be written before exit\n",
                 lost);
     free_list(d->carry);
-    free_list(d->head);
-    close_db(d);
-    pthread_mutex_destroy(&d->lock);
-    pthread_cond_destroy(&d->wake);
-    free(d->path);
-    free(d);
+    free_list(left);
+    free_log(d);
 }
 
 void ifl_dblog_get_stats(ifl_dblog *d, ifl_dblog_stats *out)
 {
     pthread_mutex_lock(&d->lock);
     *out = d->stats;
-    out->queued = d->held;
+    out->queued = (int32_t)ifl_fifo_held(&d->q); /* under lock: see the lock order at the top */
     pthread_mutex_unlock(&d->lock);
 }

@@ -1,4 +1,14 @@
-/* history.c: the history queries (history.h). */
+/* history.c: the history queries (history.h) and the thread that runs them. What it is not: the
+ * writer (dblog.c) or the HTTP side (the server parses the URL and writes the answer).
+ *
+ * Every column an answer shows comes from one table, HISTORY_COLUMNS: its SQL expression, its
+ * JSON field and how it is rendered. The SELECT lists, the result-column indices (COL_*) and the
+ * JSON names are all derived from it, so adding a column cannot shift an index. The list query
+ * selects LIST_COLUMNS; the one-request query selects those and then DETAIL_COLUMNS.
+ *
+ * Threads: ifl_history_submit runs on the caller's thread (the service thread); the queries, the
+ * connection and the `done` calls on the history thread. The job queue is a common/fifo.h FIFO
+ * (its own lock), closed by ifl_history_stop. */
 #include "history.h"
 
 #include <pthread.h>
@@ -10,23 +20,68 @@
 #include "db.h"
 #include "strbuf.h"
 
+typedef enum {
+    AS_VALUE,   /* by its SQLite type: null, integer, number (3 decimals) or string */
+    AS_JSON,    /* stored JSON text, written as it is ("{}" when empty) */
+    AS_OFFSETS, /* a blob of little-endian uint32, written as an array of integers */
+    AS_HIDDEN,  /* selected for the query's own use, not in the answer */
+} col_render;
+
+/* X(id, SQL expression, JSON field, rendering): what GET /api/history shows for each request */
+#define LIST_COLUMNS(X)                                                                            \
+    X(ID, "r.id", "id", AS_VALUE)                                                                  \
+    X(CLIENT_ID, "r.client_id", "client_id", AS_VALUE)                                             \
+    X(SESSION, "s.session", "session", AS_VALUE)                                                   \
+    X(POLICY, "r.policy", "policy", AS_VALUE)                                                      \
+    X(PROMPT, "r.prompt", "prompt", AS_VALUE)                                                      \
+    X(COMPLETION, "r.completion", "completion", AS_VALUE)                                          \
+    X(PROMPT_TOKENS, "r.prompt_tokens", "prompt_tokens", AS_VALUE)                                 \
+    X(COMPLETION_TOKENS, "r.completion_tokens", "completion_tokens", AS_VALUE)                     \
+    X(FINISH_REASON, "r.finish_reason", "finish_reason", AS_VALUE)                                 \
+    X(ERROR_CODE, "r.error_code", "error_code", AS_VALUE)                                          \
+    X(QUEUED_AT, "r.queued_at", "queued_at_ms", AS_VALUE)                                          \
+    X(QUEUE_MS, "r.queue_ms", "queue_ms", AS_VALUE)                                                \
+    X(TTFT_MS, "r.ttft_ms", "ttft_ms", AS_VALUE)                                                   \
+    X(TOTAL_MS, "r.total_ms", "total_ms", AS_VALUE)                                                \
+    X(TOKENS_PER_S, "r.tokens_per_s", "tokens_per_s", AS_VALUE)
+
+/* ... and what GET /api/requests/ID adds, after them */
+#define DETAIL_COLUMNS(X)                                                                          \
+    X(PARAMS, "r.params", "params", AS_JSON)                                                       \
+    X(ADMITTED_AT, "r.admitted_at", "admitted_at_ms", AS_VALUE)                                    \
+    X(FIRST_TOKEN_AT, "r.first_token_at", "first_token_at_ms", AS_VALUE)                           \
+    X(FINISHED_AT, "r.finished_at", "finished_at_ms", AS_VALUE)                                    \
+    X(OWNER, "s.user_key", NULL, AS_HIDDEN)                                                        \
+    X(TOKEN_OFFSETS, "t.offsets_us", "token_offsets_us", AS_OFFSETS)
+
+#define HISTORY_COLUMNS(X) LIST_COLUMNS(X) DETAIL_COLUMNS(X)
+
+#define COL_ENUM(id, sql, json, how) COL_##id,
+#define COL_ROW(id, sql, json, how) {sql, json, how},
+#define COL_COUNT(id, sql, json, how) +1
+
+/* result-column indices, in both queries */
+enum { HISTORY_COLUMNS(COL_ENUM) N_COLS };
+enum { N_LIST_COLS = 0 LIST_COLUMNS(COL_COUNT) };
+
+typedef struct {
+    const char *sql;  /* the SELECT expression */
+    const char *json; /* the answer's field; NULL for AS_HIDDEN */
+    col_render how;
+} history_col;
+
+static const history_col COLS[N_COLS] = {HISTORY_COLUMNS(COL_ROW)};
+
 struct ifl_history {
     char *path;
     int scope_all;
     void (*done)(void *ud, history_job *job);
     void *ud;
+    char *sql_list, *sql_one; /* built at start from COLS (read-only after) */
     pthread_t thread;
-    pthread_mutex_t lock;
-    pthread_cond_t wake;
-    history_job *head, *tail; /* {lock} */
-    int stopping;             /* {lock} */
-    sqlite3 *db;              /* history thread */
+    ifl_fifo jobs; /* history_job nodes (own lock) */
+    sqlite3 *db;   /* history thread */
 };
-
-static const char COLS[] =
-    "r.id, r.client_id, s.session, r.policy, r.prompt, r.completion, r.prompt_tokens, "
-    "r.completion_tokens, r.finish_reason, r.error_code, r.queued_at, r.queue_ms, r.ttft_ms, "
-    "r.total_ms, r.tokens_per_s";
 
 static void answer(history_job *j, int status, strbuf *sb)
 {
@@ -50,7 +105,7 @@ static void answer_error(history_job *j, int status, const char *msg)
     answer(j, status, &sb);
 }
 
-static void json_col(strbuf *sb, sqlite3_stmt *st, int i)
+static void json_value(strbuf *sb, sqlite3_stmt *st, int i)
 {
     switch (sqlite3_column_type(st, i)) {
     case SQLITE_NULL: sb_puts(sb, "null"); break;
@@ -63,16 +118,54 @@ static void json_col(strbuf *sb, sqlite3_stmt *st, int i)
     }
 }
 
-static void row_fields(strbuf *sb, sqlite3_stmt *st)
+static void json_offsets(strbuf *sb, sqlite3_stmt *st, int i)
 {
-    static const char *const names[] = {
-        "id",           "client_id",     "session",           "policy",        "prompt",
-        "completion",   "prompt_tokens", "completion_tokens", "finish_reason", "error_code",
-        "queued_at_ms", "queue_ms",      "ttft_ms",           "total_ms",      "tokens_per_s"};
-    for (int i = 0; i < 15; i++) {
-        sb_printf(sb, "%s\"%s\":", i ? "," : "", names[i]);
-        json_col(sb, st, i);
+    sb_puts(sb, "[");
+    const uint32_t *off = sqlite3_column_blob(st, i);
+    int nb = sqlite3_column_bytes(st, i) / (int)sizeof(uint32_t);
+    for (int k = 0; off && k < nb; k++) {
+        uint32_t v;
+        memcpy(&v, (const char *)off + (size_t)k * 4, 4);
+        sb_printf(sb, k ? ",%u" : "%u", v);
     }
+    sb_puts(sb, "]");
+}
+
+/* The fields of the first n columns of the row, as COLS says, separated by commas. */
+static void row_fields(strbuf *sb, sqlite3_stmt *st, int n)
+{
+    int first = 1;
+    for (int i = 0; i < n; i++) {
+        const history_col *c = &COLS[i];
+        if (c->how == AS_HIDDEN)
+            continue;
+        sb_printf(sb, "%s\"%s\":", first ? "" : ",", c->json);
+        first = 0;
+        switch (c->how) {
+        case AS_VALUE: json_value(sb, st, i); break;
+        case AS_JSON: {
+            const char *t = (const char *)sqlite3_column_text(st, i);
+            sb_puts(sb, t && t[0] ? t : "{}");
+            break;
+        }
+        case AS_OFFSETS: json_offsets(sb, st, i); break;
+        case AS_HIDDEN: break;
+        }
+    }
+}
+
+/* "SELECT <the first n columns' expressions> <rest>", on the heap; NULL when memory ran out. */
+static char *build_select(int n, const char *rest)
+{
+    strbuf sb;
+    sb_init(&sb, 0);
+    sb_puts(&sb, "SELECT ");
+    for (int i = 0; i < n; i++)
+        sb_printf(&sb, "%s%s", i ? ", " : "", COLS[i].sql);
+    sb_printf(&sb, " %s", rest);
+    char *s = sb_ok(&sb) ? sb_steal(&sb) : NULL;
+    sb_free(&sb);
+    return s;
 }
 
 static int ensure_db(ifl_history *h, history_job *j)
@@ -103,17 +196,11 @@ static void db_failed(ifl_history *h, history_job *j)
     h->db = NULL;
 }
 
+/* History thread. */
 static void run_list(ifl_history *h, history_job *j)
 {
-    char sql[1024];
-    snprintf(sql, sizeof sql,
-             "SELECT %s FROM requests r JOIN sessions s ON s.id = r.session_id WHERE "
-             "(?1 OR s.user_key = ?2) AND (?3 = 0 OR r.queued_at < (SELECT queued_at FROM "
-             "requests WHERE id = ?3) OR (r.queued_at = (SELECT queued_at FROM requests WHERE "
-             "id = ?3) AND r.id < ?3)) ORDER BY r.queued_at DESC, r.id DESC LIMIT ?4",
-             COLS);
     sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(h->db, sql, -1, &st, NULL) != SQLITE_OK) {
+    if (sqlite3_prepare_v2(h->db, h->sql_list, -1, &st, NULL) != SQLITE_OK) {
         db_failed(h, j);
         return;
     }
@@ -132,9 +219,9 @@ static void run_list(ifl_history *h, history_job *j)
             break;
         }
         sb_puts(&sb, n ? ",{" : "{");
-        row_fields(&sb, st);
+        row_fields(&sb, st, N_LIST_COLS);
         sb_puts(&sb, "}");
-        last_id = sqlite3_column_int64(st, 0);
+        last_id = sqlite3_column_int64(st, COL_ID);
         n++;
     }
     if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
@@ -151,16 +238,11 @@ static void run_list(ifl_history *h, history_job *j)
     answer(j, 200, &sb);
 }
 
+/* History thread. */
 static void run_one(ifl_history *h, history_job *j)
 {
-    char sql[1024];
-    snprintf(sql, sizeof sql,
-             "SELECT %s, r.params, r.admitted_at, r.first_token_at, r.finished_at, s.user_key, "
-             "t.offsets_us FROM requests r JOIN sessions s ON s.id = r.session_id LEFT JOIN "
-             "request_tokens t ON t.request_id = r.id WHERE r.id = ?1",
-             COLS);
     sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(h->db, sql, -1, &st, NULL) != SQLITE_OK) {
+    if (sqlite3_prepare_v2(h->db, h->sql_one, -1, &st, NULL) != SQLITE_OK) {
         db_failed(h, j);
         return;
     }
@@ -176,7 +258,7 @@ static void run_one(ifl_history *h, history_job *j)
         db_failed(h, j);
         return;
     }
-    const char *owner = (const char *)sqlite3_column_text(st, 19);
+    const char *owner = (const char *)sqlite3_column_text(st, COL_OWNER);
     if (!h->scope_all && (!owner || !j->user_hash[0] || strcmp(owner, j->user_hash))) {
         sqlite3_finalize(st);
         answer_error(j, 403, "this request is not yours (history shows a key's own requests)");
@@ -185,48 +267,20 @@ static void run_one(ifl_history *h, history_job *j)
     strbuf sb;
     sb_init(&sb, 0);
     sb_puts(&sb, "{\"request\":{");
-    row_fields(&sb, st);
-    const char *params = (const char *)sqlite3_column_text(st, 15);
-    sb_printf(&sb, ",\"params\":%s", params && params[0] ? params : "{}");
-    static const char *const times[] = {"admitted_at_ms", "first_token_at_ms", "finished_at_ms"};
-    for (int i = 0; i < 3; i++) {
-        sb_printf(&sb, ",\"%s\":", times[i]);
-        json_col(&sb, st, 16 + i);
-    }
-    sb_puts(&sb, ",\"token_offsets_us\":[");
-    const uint32_t *off = sqlite3_column_blob(st, 20);
-    int nb = sqlite3_column_bytes(st, 20) / (int)sizeof(uint32_t);
-    for (int i = 0; off && i < nb; i++) {
-        uint32_t v;
-        memcpy(&v, (const char *)off + (size_t)i * 4, 4);
-        sb_printf(&sb, i ? ",%u" : "%u", v);
-    }
-    sb_puts(&sb, "]}}");
+    row_fields(&sb, st, N_COLS);
+    sb_puts(&sb, "}}");
     sqlite3_finalize(st);
     answer(j, 200, &sb);
 }
 
+/* History thread: one job at a time, oldest first, until stopped and drained. */
 static void *history_main(void *arg)
 {
     ifl_history *h = arg;
-    for (;;) {
-        pthread_mutex_lock(&h->lock);
-        while (!h->head && !h->stopping)
-            pthread_cond_wait(&h->wake, &h->lock);
-        history_job *j = h->head;
-        if (j) {
-            h->head = j->next;
-            if (!h->head)
-                h->tail = NULL;
-        }
-        int stopping = h->stopping;
-        pthread_mutex_unlock(&h->lock);
-        if (!j) {
-            if (stopping)
-                break;
-            continue;
-        }
-        if (stopping)
+    ifl_fifo_node *n;
+    while ((n = ifl_fifo_pop_wait(&h->jobs, -1))) { /* NULL: closed and empty */
+        history_job *j = (history_job *)n;          /* the node is the job's first member */
+        if (ifl_fifo_is_closed(&h->jobs))
             answer_error(j, 503, "the server is shutting down");
         else if (!ensure_db(h, j)) {
             if (j->kind == HISTORY_LIST)
@@ -234,9 +288,19 @@ static void *history_main(void *arg)
             else
                 run_one(h, j);
         }
+        ifl_fifo_done(&h->jobs, 1);
         h->done(h->ud, j);
     }
     return NULL;
+}
+
+static void free_history(ifl_history *h)
+{
+    ifl_fifo_destroy(&h->jobs);
+    free(h->sql_list);
+    free(h->sql_one);
+    free(h->path);
+    free(h);
 }
 
 ifl_history *ifl_history_start(const char *db_path, int scope_all,
@@ -249,11 +313,19 @@ ifl_history *ifl_history_start(const char *db_path, int scope_all,
     h->scope_all = scope_all;
     h->done = done;
     h->ud = ud;
-    pthread_mutex_init(&h->lock, NULL);
-    pthread_cond_init(&h->wake, NULL);
-    if (!h->path || pthread_create(&h->thread, NULL, history_main, h)) {
-        free(h->path);
-        free(h);
+    h->sql_list = build_select(
+        N_LIST_COLS,
+        "FROM requests r JOIN sessions s ON s.id = r.session_id WHERE "
+        "(?1 OR s.user_key = ?2) AND (?3 = 0 OR r.queued_at < (SELECT queued_at FROM "
+        "requests WHERE id = ?3) OR (r.queued_at = (SELECT queued_at FROM requests WHERE "
+        "id = ?3) AND r.id < ?3)) ORDER BY r.queued_at DESC, r.id DESC LIMIT ?4");
+    h->sql_one = build_select(N_COLS, "FROM requests r JOIN sessions s ON s.id = r.session_id "
+                                      "LEFT JOIN request_tokens t ON t.request_id = r.id "
+                                      "WHERE r.id = ?1");
+    ifl_fifo_init(&h->jobs, 0);
+    if (!h->path || !h->sql_list || !h->sql_one ||
+        pthread_create(&h->thread, NULL, history_main, h)) {
+        free_history(h);
         return NULL;
     }
     return h;
@@ -261,29 +333,18 @@ ifl_history *ifl_history_start(const char *db_path, int scope_all,
 
 void ifl_history_submit(ifl_history *h, history_job *job)
 {
-    job->next = NULL;
-    pthread_mutex_lock(&h->lock);
-    if (h->tail)
-        h->tail->next = job;
-    else
-        h->head = job;
-    h->tail = job;
-    pthread_cond_signal(&h->wake);
-    pthread_mutex_unlock(&h->lock);
+    if (ifl_fifo_push(&h->jobs, &job->node, 0) == IFL_FIFO_OK)
+        return;
+    answer_error(job, 503, "the server is shutting down"); /* stopping: the queue is closed */
+    h->done(h->ud, job);
 }
 
 void ifl_history_stop(ifl_history *h)
 {
     if (!h)
         return;
-    pthread_mutex_lock(&h->lock);
-    h->stopping = 1;
-    pthread_cond_signal(&h->wake);
-    pthread_mutex_unlock(&h->lock);
+    ifl_fifo_close(&h->jobs); /* the thread answers what is still queued 503, then ends */
     pthread_join(h->thread, NULL);
     sqlite3_close(h->db);
-    pthread_mutex_destroy(&h->lock);
-    pthread_cond_destroy(&h->wake);
-    free(h->path);
-    free(h);
+    free_history(h);
 }

@@ -8,10 +8,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fifo.h"
+
 typedef enum { HISTORY_LIST = 0, HISTORY_ONE = 1 } history_kind;
 
 typedef struct history_job {
-    struct history_job *next;
+    ifl_fifo_node node; /* the job queue's link (history.c) */
     history_kind kind;
     char user_hash[65]; /* SHA-256 hex of the caller's key, "" for none */
     int32_t limit;      /* LIST */
@@ -30,6 +32,8 @@ typedef struct ifl_history ifl_history;
 ifl_history *ifl_history_start(const char *db_path, int scope_all,
                                void (*done)(void *ud, history_job *job), void *ud);
 void ifl_history_stop(ifl_history *h); /* jobs still queued are answered 503 first */
+/* Queues the job. Once ifl_history_stop has begun, the job is answered 503 at once, on the
+ * caller's thread. */
 void ifl_history_submit(ifl_history *h, history_job *job);
 
 #endif
