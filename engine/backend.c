@@ -1,20 +1,23 @@
 /* backend.c: what every backend shares: default parameters, the constructors' common part, batch
- * validation, and step + sampling for backends that do not sample on the device (see backend.h). */
+ * validation, the wrappers over the optional entries (describe, step + sampling for backends that
+ * do not sample on the device). See backend.h. Not the choice of a backend: runtime/device.c. */
 #include "backend.h"
+#include "defaults.h"
 #include "philox.h"
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 void ifl_backend_params_fill(ifl_backend_params *p, const ifl_model *m, int64_t kv_mem_mb)
 {
     const ifl_config *c = &m->cfg;
     if (p->kv_block_size <= 0)
-        p->kv_block_size = 16;
+        p->kv_block_size = IFL_DEFAULT_KV_BLOCK_SIZE;
     if (p->max_seqs <= 0)
-        p->max_seqs = 64;
+        p->max_seqs = IFL_DEFAULT_MAX_BATCH;
     if (p->max_tokens <= 0)
-        p->max_tokens = 512;
+        p->max_tokens = IFL_DEFAULT_BACKEND_MAX_TOKENS;
     if (p->max_tokens < p->max_seqs)
         p->max_tokens = p->max_seqs; /* a decode step needs one token per sequence */
     if (p->kv_blocks <= 0) {
@@ -30,8 +33,8 @@ void ifl_backend_params_fill(ifl_backend_params *p, const ifl_model *m, int64_t 
 }
 
 void *ifl_backend_alloc(size_t size, const ifl_backend_ops *ops, const ifl_model *m,
-                        const ifl_backend_params *p, int32_t kv_elem_bytes, int64_t kv_mem_mb,
-                        ifl_err *err)
+                        const ifl_backend_params *p, int32_t kv_elem_bytes,
+                        int64_t default_kv_mem_mb, ifl_err *err)
 {
     ifl_backend *be = calloc(1, size);
     if (!be) {
@@ -41,9 +44,8 @@ void *ifl_backend_alloc(size_t size, const ifl_backend_ops *ops, const ifl_model
     be->ops = ops;
     be->model = m;
     be->params = *p;
-    if (be->params.kv_elem_bytes <= 0)
-        be->params.kv_elem_bytes = kv_elem_bytes;
-    ifl_backend_params_fill(&be->params, m, kv_mem_mb);
+    be->params.kv_elem_bytes = kv_elem_bytes; /* the backend's fact, whatever the caller said */
+    ifl_backend_params_fill(&be->params, m, p->kv_mem_mb > 0 ? p->kv_mem_mb : default_kv_mem_mb);
     return be;
 }
 
@@ -97,4 +99,15 @@ int ifl_backend_step_sample(ifl_backend *be, const ifl_batch *b, const ifl_sampl
                                                  ifl_philox_uniform(req[s].seed, req[s].draw))
                                   : -1;
     return 0;
+}
+
+void ifl_backend_describe(const ifl_backend *be, char *buf, int cap)
+{
+    if (cap <= 0)
+        return;
+    buf[0] = 0;
+    if (be->ops->describe)
+        be->ops->describe(be, buf, cap);
+    if (!buf[0])
+        snprintf(buf, (size_t)cap, "%s", be->ops->name);
 }

@@ -5,7 +5,9 @@
  * pool. The step appends the runs' keys and values to the pool and returns the logits of the last
  * token of every run. Which blocks a sequence owns is decided outside (kv.h, the batcher): the
  * backend only stores and reads them. Modelled on ggml's backend struct: a table of function
- * pointers; entries marked optional may be NULL. */
+ * pointers; entries marked optional may be NULL, and callers go through the wrappers below (none
+ * reaches into `ops`). The engine knows no backend but its CPU one: which backend serves a
+ * --device is decided where the backends are registered (runtime/device.h). */
 #ifndef IFL_BACKEND_H
 #define IFL_BACKEND_H
 
@@ -27,12 +29,14 @@ typedef struct {
 
 typedef struct {
     int32_t n_threads;           /* CPU threads; 0 = one per core */
-    int32_t kv_blocks;           /* blocks in the KV pool */
+    int32_t kv_blocks;           /* blocks in the KV pool; 0: sized from kv_mem_mb */
     int32_t kv_block_size;       /* tokens per block */
     int32_t max_tokens;          /* most tokens in one step (T) */
     int32_t max_seqs;            /* most sequences in one step (S) */
-    int32_t kv_elem_bytes;       /* bytes of one KV element as the backend stores it (CPU f32: 4,
-                                    CUDA 16-bit: 2), for sizing the pool by memory; 0: 4 */
+    int32_t kv_mem_mb;           /* when kv_blocks is 0: the most memory of the pool, in MiB; 0: the
+                                    backend's default (defaults.h: IFL_DEFAULT_KV_MEM_MB_CPU/_CUDA) */
+    int32_t kv_elem_bytes;       /* granted, set by the backend: bytes of one KV element as it
+                                    stores it (CPU f32: 4, CUDA 16-bit: 2); a caller leaves it 0 */
     int32_t sgemm_above;         /* CPU: matrix products of more rows use OpenBLAS sgemm; 0: the
                                     measured default (never with AVX-512); for comparisons */
     struct ifl_threadpool *pool; /* CPU: a pool to share with other backends (their steps then
@@ -70,17 +74,19 @@ struct ifl_backend {
     ifl_backend_params params; /* as granted (defaults filled in) */
 };
 
-/* Fills zero fields with defaults that fit the model: 16-token blocks, enough blocks for
- * max_seqs full contexts capped by kv_mem_mb of memory, max_tokens 512, max_seqs 64. */
+/* Fills zero fields with defaults that fit the model (defaults.h): IFL_DEFAULT_KV_BLOCK_SIZE-token
+ * blocks, max_seqs IFL_DEFAULT_MAX_BATCH, max_tokens IFL_DEFAULT_BACKEND_MAX_TOKENS (at least
+ * max_seqs), and kv_blocks for max_seqs full contexts, capped by kv_mem_mb MiB of kv_elem_bytes
+ * elements (0: no cap) but never below one full context. */
 void ifl_backend_params_fill(ifl_backend_params *p, const ifl_model *m, int64_t kv_mem_mb);
 
 /* For backend constructors: allocates a backend struct of `size` bytes (zeroed) whose first member
  * is an ifl_backend, fills that in (ops, model, the params with defaults: KV elements of
- * kv_elem_bytes unless the caller set them, the pool capped by kv_mem_mb). NULL when out of memory.
- */
+ * kv_elem_bytes, the pool capped by p->kv_mem_mb, else by default_kv_mem_mb). NULL when out of
+ * memory. */
 void *ifl_backend_alloc(size_t size, const ifl_backend_ops *ops, const ifl_model *m,
-                        const ifl_backend_params *p, int32_t kv_elem_bytes, int64_t kv_mem_mb,
-                        ifl_err *err);
+                        const ifl_backend_params *p, int32_t kv_elem_bytes,
+                        int64_t default_kv_mem_mb, ifl_err *err);
 
 /* Checks a batch against the model and the backend's limits; the error names the field. */
 int ifl_batch_validate(const ifl_backend *be, const ifl_batch *b, ifl_err *err);
@@ -88,35 +94,12 @@ int ifl_batch_validate(const ifl_backend *be, const ifl_batch *b, ifl_err *err);
 /* The CPU backend (OpenBLAS + own kernels). */
 ifl_backend *ifl_cpu_backend_new(const ifl_model *m, const ifl_backend_params *p, ifl_err *err);
 
-/* Which device a backend runs on, as asked for by --device. */
-typedef enum {
-    IFL_DEVICE_AUTO =
-        0, /* the GPU when this build has the CUDA backend and a GPU works, else CPU */
-    IFL_DEVICE_CPU = 1,
-    IFL_DEVICE_CUDA = 2,
-} ifl_device;
-
-/* "auto" | "cpu" | "cuda"; -1 for anything else. */
-int ifl_device_parse(const char *s, ifl_device *out);
-
-/* Resolves AUTO: writes the chosen device and, into why, one line saying why (e.g. "auto: NVIDIA
- * H200 found" or "auto: this build has no CUDA backend"). CUDA asked for without a usable GPU is an
- * error naming the reason. */
-int ifl_device_resolve(ifl_device want, ifl_device *got, char *why, int why_cap, ifl_err *err);
-
-/* How the model must be loaded for a device's backend (the CPU wants its panel layouts). */
-int ifl_device_wants_cpu_layout(ifl_device d);
-
-/* A backend on a resolved device (CPU or CUDA). The CUDA backend holds weights in bf16, or f16
- * when the model's matrices are f16 (--weights f16). */
-ifl_backend *ifl_backend_new(ifl_device d, const ifl_model *m, const ifl_backend_params *p,
-                             ifl_err *err);
-
 /* Runs the step and draws every active run's next token: on the device when the backend can,
  * else from host logits with the CPU sampler (logits: S x V scratch; sampler: V candidates). */
 int ifl_backend_step_sample(ifl_backend *be, const ifl_batch *b, const ifl_sample_req *req,
                             int32_t *tokens, float *logits, ifl_sampler *sampler, ifl_err *err);
 
+/* The wrappers every caller uses: nothing outside backend.c and the backends touches `ops`. */
 static inline int ifl_backend_step(ifl_backend *be, const ifl_batch *b, float *logits, ifl_err *err)
 {
     return be->ops->step(be, b, logits, err);
@@ -126,5 +109,12 @@ static inline void ifl_backend_free(ifl_backend *be)
     if (be)
         be->ops->free(be);
 }
+/* "cpu", "cuda". */
+static inline const char *ifl_backend_name(const ifl_backend *be)
+{
+    return be->ops->name;
+}
+/* One line on the device and its settings into buf (without a describe entry: the name). */
+void ifl_backend_describe(const ifl_backend *be, char *buf, int cap);
 
 #endif

@@ -41,15 +41,19 @@ typedef enum {
 } ifl_finish;
 const char *ifl_finish_name(ifl_finish f); /* "length", "eos", "stop", "cancelled", "error" */
 
-/* Why a submission was refused (the protocol's stable error codes). */
+/* Why a submission was refused. The engine's own statuses: a front end maps them to what its
+ * clients see (server/request.c maps them to the protocol's codes). */
 typedef enum {
     IFL_SUBMIT_OK = 0,
-    IFL_SUBMIT_QUEUE_FULL = 1,    /* "queue_full" */
-    IFL_SUBMIT_TOO_LONG = 2,      /* "prompt_too_long": prompt + max_tokens > context or pool */
-    IFL_SUBMIT_INVALID = 3,       /* "invalid_request": bad parameters */
-    IFL_SUBMIT_SHUTTING_DOWN = 4, /* "shutting_down" */
+    IFL_SUBMIT_QUEUE_FULL = 1,    /* the waiting queue holds max_queue requests */
+    IFL_SUBMIT_TOO_LONG = 2,      /* prompt + max_tokens > the context or the whole KV pool */
+    IFL_SUBMIT_INVALID = 3,       /* bad parameters (the message says which) */
+    IFL_SUBMIT_SHUTTING_DOWN = 4, /* the batcher is stopping */
+    IFL_SUBMIT_NO_MEMORY = 5,     /* out of memory for the request */
 } ifl_submit_status;
-const char *ifl_submit_code(ifl_submit_status s);
+/* A short name for messages: "ok", "queue full", "too long", "invalid", "shutting down",
+ * "out of memory". */
+const char *ifl_submit_status_name(ifl_submit_status s);
 
 #define IFL_MAX_STOPS 4
 #define IFL_MAX_STOP_BYTES 64
@@ -108,9 +112,10 @@ typedef struct {
 
 typedef struct {
     ifl_policy policy;
-    int32_t max_batch;        /* most running sequences (default 64) */
-    int32_t max_queue;        /* most waiting requests (default 256) */
-    int32_t step_tokens;      /* token budget of a step (default 256; >= max_batch) */
+    /* 0: the defaults of defaults.h (IFL_DEFAULT_MAX_BATCH, _MAX_QUEUE, _STEP_TOKENS) */
+    int32_t max_batch;        /* most running sequences */
+    int32_t max_queue;        /* most waiting requests */
+    int32_t step_tokens;      /* token budget of a step (>= max_batch) */
     int32_t eos_token;        /* -1: none */
     const ifl_tokenizer *tok; /* for token text and stop strings (required) */
     void (*on_event)(void *ud, const ifl_event *ev);
@@ -119,6 +124,13 @@ typedef struct {
 } ifl_batcher_params;
 
 typedef struct ifl_batcher ifl_batcher;
+
+/* The step budget a batcher of max_batch runs with when asked for step_tokens: at least one
+ * token per running sequence (a decode step needs max_batch). */
+static inline int32_t ifl_batcher_step_budget(int32_t max_batch, int32_t step_tokens)
+{
+    return step_tokens < max_batch ? max_batch : step_tokens;
+}
 
 /* Starts the batcher thread. The backend must have been created with max_seqs >= max_batch and
  * max_tokens >= step_tokens; the batcher uses it exclusively (and frees nothing of it). */

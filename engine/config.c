@@ -1,7 +1,7 @@
 /* config.c: config.json reading, validation and writing (see config.h). */
 #include "config.h"
 
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>

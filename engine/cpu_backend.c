@@ -26,6 +26,7 @@
 
 #include "backend.h"
 #include "cpu_kernels.h"
+#include "defaults.h"
 #include "threadpool.h"
 #include "util.h"
 
@@ -428,7 +429,8 @@ static const ifl_backend_ops cpu_ops = {
 
 ifl_backend *ifl_cpu_backend_new(const ifl_model *m, const ifl_backend_params *params, ifl_err *err)
 {
-    cpu_backend *be = ifl_backend_alloc(sizeof *be, &cpu_ops, m, params, 4, 2048, err);
+    cpu_backend *be =
+        ifl_backend_alloc(sizeof *be, &cpu_ops, m, params, 4, IFL_DEFAULT_KV_MEM_MB_CPU, err);
     if (!be)
         return NULL;
     const ifl_backend_params *p = &be->base.params;

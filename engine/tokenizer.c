@@ -3,7 +3,7 @@
  * (see tokenizer.h). */
 #include "tokenizer.h"
 
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -325,20 +325,36 @@ out:
     return rc;
 }
 
+static const char *const vocab_names[2][2] = {{"vocab.json", "merges.txt"},
+                                              {"encoder.json", "vocab.bpe"}};
+
+/* Which pair of vocab_names DIR holds (0, 1), -1 for none, -2 when a path is too long; the paths
+ * of the pair found in vpath and mpath. */
+static int find_vocab(const char *dir, char *vpath, char *mpath, size_t cap)
+{
+    for (int i = 0; i < 2; i++) {
+        if (ifl_path_join(vpath, cap, dir, vocab_names[i][0]) ||
+            ifl_path_join(mpath, cap, dir, vocab_names[i][1]))
+            return -2;
+        if (ifl_file_exists(vpath) && ifl_file_exists(mpath))
+            return i;
+    }
+    return -1;
+}
+
+int ifl_tokenizer_dir_has_vocab(const char *dir)
+{
+    char vpath[4096], mpath[4096];
+    return find_vocab(dir, vpath, mpath, sizeof vpath) >= 0;
+}
+
 int ifl_tokenizer_load(ifl_tokenizer **out, const char *dir, ifl_err *err)
 {
     *out = NULL;
-    static const char *const names[2][2] = {{"vocab.json", "merges.txt"},
-                                            {"encoder.json", "vocab.bpe"}};
     char vpath[4096], mpath[4096];
-    int found = -1;
-    for (int i = 0; i < 2 && found < 0; i++) {
-        if (ifl_path_join(vpath, sizeof vpath, dir, names[i][0]) ||
-            ifl_path_join(mpath, sizeof mpath, dir, names[i][1]))
-            return ifl_err_set(err, "%s: path too long", dir);
-        if (ifl_file_exists(vpath) && ifl_file_exists(mpath))
-            found = i;
-    }
+    int found = find_vocab(dir, vpath, mpath, sizeof vpath);
+    if (found == -2)
+        return ifl_err_set(err, "%s: path too long", dir);
     if (found < 0)
         return ifl_err_set(err,
                            "%s: no vocabulary: expected vocab.json + merges.txt or "

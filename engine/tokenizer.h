@@ -29,6 +29,8 @@ void ifl_tokens_free(ifl_tokens *t);
 
 /* Loads the vocabulary from DIR (vocab.json + merges.txt, else encoder.json + vocab.bpe). */
 int ifl_tokenizer_load(ifl_tokenizer **out, const char *dir, ifl_err *err);
+/* 1 when DIR holds one of those pairs of files (ifl_tokenizer_load would try to read them). */
+int ifl_tokenizer_dir_has_vocab(const char *dir);
 void ifl_tokenizer_free(ifl_tokenizer *t);
 
 int32_t ifl_tokenizer_n_vocab(const ifl_tokenizer *t);

@@ -46,30 +46,15 @@ void metrics_init(metrics *m)
         metrics_hist_init(&m->batch[p], LE_BATCH, N_OF(LE_BATCH));
         metrics_hist_init(&m->step_s[p], LE_STEP, N_OF(LE_STEP));
     }
-    /* every documented code from the start, so no series appears or vanishes later */
-    static const char *const codes[] = {
-        "invalid_json",  "invalid_message", "missing_field",   "wrong_type",        "unknown_type",
-        "unknown_field", "out_of_range",    "empty_prompt",    "prompt_too_long",   "unknown_model",
-        "unknown_topic", "duplicate_id",    "unknown_id",      "too_many_requests", "queue_full",
-        "binary_frame",  "shutting_down",   "invalid_request", "out_of_memory"};
-    for (size_t i = 0; i < sizeof codes / sizeof codes[0] && i < METRICS_MAX_CODES; i++)
-        m->code[m->n_codes++] = codes[i];
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     m->start_time_s = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-void metrics_count_error(metrics *m, const char *code)
+void metrics_count_error(metrics *m, ifl_code code)
 {
-    for (int i = 0; i < m->n_codes; i++)
-        if (!strcmp(m->code[i], code)) {
-            m->code_count[i]++;
-            return;
-        }
-    if (m->n_codes < METRICS_MAX_CODES) {
-        m->code[m->n_codes] = code;
-        m->code_count[m->n_codes++] = 1;
-    }
+    if ((unsigned)code < IFL_N_CODES)
+        m->errors[code]++;
 }
 
 static void family(strbuf *sb, const char *name, const char *type, const char *help)
@@ -114,7 +99,8 @@ static void scalar(strbuf *sb, const char *name, const char *type, const char *h
     sb_printf(sb, "%s %.17g\n", name, v);
 }
 
-void metrics_render(const metrics *m, const metrics_live *live, strbuf *sb)
+/* Requests, errors, tokens and steps: counters and histograms. */
+static void render_requests(const metrics *m, strbuf *sb)
 {
     family(sb, "inflight_requests_total", "counter",
            "Requests finished, by policy and finish reason.");
@@ -124,10 +110,11 @@ void metrics_render(const metrics *m, const metrics_live *live, strbuf *sb)
                       ifl_policy_name((ifl_policy)p), ifl_finish_name((ifl_finish)f),
                       (unsigned long long)m->requests[p][f]);
     family(sb, "inflight_errors_total", "counter",
-           "Error frames sent to clients (refused requests and bad messages), by code.");
-    for (int i = 0; i < m->n_codes; i++)
-        sb_printf(sb, "inflight_errors_total{code=\"%s\"} %llu\n", m->code[i],
-                  (unsigned long long)m->code_count[i]);
+           "Errors answered to clients, by code: refused requests, bad messages, and requests "
+           "that failed while running (engine_error, out_of_memory).");
+    for (int i = 0; i < IFL_N_CODES; i++)
+        sb_printf(sb, "inflight_errors_total{code=\"%s\"} %llu\n", ifl_code_name((ifl_code)i),
+                  (unsigned long long)m->errors[i]);
     per_policy_counter(sb, "inflight_generated_tokens_total", "Tokens generated.", m->tokens);
     per_policy_counter(sb, "inflight_prompt_tokens_total", "Prompt tokens of admitted requests.",
                        m->prompt_tokens);
@@ -143,7 +130,11 @@ void metrics_render(const metrics *m, const metrics_live *live, strbuf *sb)
     hist_family(sb, "inflight_batch_size", "Sequences in each scheduler step.", m->batch);
     hist_family(sb, "inflight_step_duration_seconds", "Wall time of each scheduler step.",
                 m->step_s);
+}
 
+/* What the batchers report now. */
+static void render_batchers(const metrics_live *live, strbuf *sb)
+{
     static const char *const gauge_names[4] = {"inflight_requests_running",
                                                "inflight_requests_waiting",
                                                "inflight_kv_blocks_used", "inflight_kv_blocks"};
@@ -165,6 +156,10 @@ void metrics_render(const metrics *m, const metrics_live *live, strbuf *sb)
     }
     scalar(sb, "inflight_ready", "gauge", "1 once the model is loaded and the batchers run.",
            live->ready);
+}
+
+static void render_connections(const metrics *m, strbuf *sb)
+{
     scalar(sb, "inflight_connections_open", "gauge", "WebSocket connections open.",
            (double)m->connections_open);
     scalar(sb, "inflight_connections_total", "counter", "WebSocket connections accepted.",
@@ -190,7 +185,11 @@ void metrics_render(const metrics *m, const metrics_live *live, strbuf *sb)
            (double)m->http_requests);
     scalar(sb, "inflight_start_time_seconds", "gauge", "Unix time the server started.",
            m->start_time_s);
+}
 
+/* The request log's writer. */
+static void render_db(const metrics_live *live, strbuf *sb)
+{
     const ifl_dblog_stats *d = &live->db;
     scalar(sb, "inflight_db_enabled", "gauge", "1 if the server keeps a request log (--db).",
            live->db_enabled);
@@ -218,4 +217,12 @@ void metrics_render(const metrics *m, const metrics_live *live, strbuf *sb)
            "Records waiting to be written (queued or kept for a retry).", d->queued);
     scalar(sb, "inflight_db_retention_deleted_total", "counter",
            "Requests deleted by the retention policy.", (double)d->retention_deleted);
+}
+
+void metrics_render(const metrics *m, const metrics_live *live, strbuf *sb)
+{
+    render_requests(m, sb);
+    render_batchers(live, sb);
+    render_connections(m, sb);
+    render_db(live, sb);
 }

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "batcher.h"
+#include "codes.h"
 #include "dblog.h"
 #include "strbuf.h"
 
@@ -28,9 +29,6 @@ typedef struct {
 void metrics_hist_init(metrics_hist *h, const double *le, int n);
 void metrics_hist_observe(metrics_hist *h, double v);
 
-/* Error codes counted on /metrics (requests refused and protocol errors). */
-#define METRICS_MAX_CODES 32
-
 typedef struct {
     /* per policy */
     uint64_t requests[METRICS_N_POLICIES][METRICS_N_FINISH]; /* finished, by finish reason */
@@ -43,10 +41,7 @@ typedef struct {
     metrics_hist e2e[METRICS_N_POLICIES];   /* seconds, arrival to done */
     metrics_hist batch[METRICS_N_POLICIES]; /* sequences per step */
     metrics_hist step_s[METRICS_N_POLICIES];
-    /* errors by code */
-    int n_codes;
-    const char *code[METRICS_MAX_CODES];
-    uint64_t code_count[METRICS_MAX_CODES];
+    uint64_t errors[IFL_N_CODES]; /* by code (codes.h): every code is a series from the start */
     /* connections */
     uint64_t connections_total, connections_open;
     uint64_t closed_slow, closed_too_big, closed_bad_utf8, closed_limit;
@@ -56,7 +51,7 @@ typedef struct {
 } metrics;
 
 void metrics_init(metrics *m);
-void metrics_count_error(metrics *m, const char *code); /* code: a string literal */
+void metrics_count_error(metrics *m, ifl_code code);
 
 typedef struct {
     ifl_batcher_stats stats[METRICS_N_POLICIES];

@@ -1,5 +1,6 @@
-/* protocol.c: parsing client messages (protocol.h). cJSON builds the tree; every field is then
- * checked by hand so each error names the field, what it holds and what it must be. */
+/* protocol.c: the protocol's two directions (protocol.h). Parsing: cJSON builds the tree; every
+ * field is then checked by hand so each error names the field, what it holds and what it must be.
+ * Writing: one function per server frame, appending to a strbuf in the documented field order. */
 #include "protocol.h"
 
 #include <cjson/cJSON.h>
@@ -9,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-void proto_error_set(proto_error *e, const char *code, const char *fmt, ...)
+void proto_error_set(proto_error *e, ifl_code code, const char *fmt, ...)
 {
     e->code = code;
     va_list ap;
@@ -20,8 +21,8 @@ void proto_error_set(proto_error *e, const char *code, const char *fmt, ...)
 
 void proto_msg_free(proto_msg *m)
 {
-    free(m->prompt);
-    m->prompt = NULL;
+    free(m->gen.prompt);
+    m->gen.prompt = NULL;
 }
 
 static const char *json_type_name(const cJSON *v)
@@ -62,7 +63,7 @@ static int want_string(const cJSON *v, const char *field, proto_error *err)
 {
     if (cJSON_IsString(v) && v->valuestring)
         return 0;
-    proto_error_set(err, "wrong_type", "field '%s' must be a string, not %s", field,
+    proto_error_set(err, IFL_CODE_WRONG_TYPE, "field '%s' must be a string, not %s", field,
                     json_type_name(v));
     return -1;
 }
@@ -71,18 +72,18 @@ static int want_int(const cJSON *v, const char *field, double lo, double hi, dou
                     proto_error *err)
 {
     if (!cJSON_IsNumber(v)) {
-        proto_error_set(err, "wrong_type", "field '%s' must be an integer, not %s", field,
+        proto_error_set(err, IFL_CODE_WRONG_TYPE, "field '%s' must be an integer, not %s", field,
                         json_type_name(v));
         return -1;
     }
     double d = v->valuedouble;
     if (!isfinite(d) || d != floor(d)) {
-        proto_error_set(err, "wrong_type", "field '%s' is %g: must be an integer", field, d);
+        proto_error_set(err, IFL_CODE_WRONG_TYPE, "field '%s' is %g: must be an integer", field, d);
         return -1;
     }
     if (d < lo || d > hi) {
-        proto_error_set(err, "out_of_range", "field '%s' is %.6g: must be between %.0f and %.0f",
-                        field, d, lo, hi);
+        proto_error_set(err, IFL_CODE_OUT_OF_RANGE,
+                        "field '%s' is %.6g: must be between %.0f and %.0f", field, d, lo, hi);
         return -1;
     }
     *out = d;
@@ -93,14 +94,15 @@ static int want_num(const cJSON *v, const char *field, double lo, double hi, int
                     double *out, proto_error *err)
 {
     if (!cJSON_IsNumber(v)) {
-        proto_error_set(err, "wrong_type", "field '%s' must be a number, not %s", field,
+        proto_error_set(err, IFL_CODE_WRONG_TYPE, "field '%s' must be a number, not %s", field,
                         json_type_name(v));
         return -1;
     }
     double d = v->valuedouble;
     if (!isfinite(d) || d > hi || (lo_open ? d <= lo : d < lo)) {
-        proto_error_set(err, "out_of_range", "field '%s' is %g: must be %s %g and at most %g",
-                        field, d, lo_open ? "above" : "at least", lo, hi);
+        proto_error_set(err, IFL_CODE_OUT_OF_RANGE,
+                        "field '%s' is %g: must be %s %g and at most %g", field, d,
+                        lo_open ? "above" : "at least", lo, hi);
         return -1;
     }
     *out = d;
@@ -126,47 +128,35 @@ static int field_allowed(proto_kind k, const char *name)
     return 0;
 }
 
-static int parse_generate(const cJSON *root, const proto_limits *lim, proto_msg *m,
-                          proto_error *err)
+static int parse_prompt(const cJSON *root, req_params *m, proto_error *err)
 {
-    const cJSON *v;
-    double d;
-    m->policy = IFL_POLICY_ITERATIVE;
-    m->max_tokens = lim->def_max_tokens;
-    m->temperature = lim->def_temperature;
-    m->top_k = lim->def_top_k;
-    m->top_p = lim->def_top_p;
-
-    v = cJSON_GetObjectItemCaseSensitive(root, "prompt");
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "prompt");
     if (!v) {
-        proto_error_set(err, "missing_field", "generate needs a 'prompt'");
+        proto_error_set(err, IFL_CODE_MISSING_FIELD, "generate needs a 'prompt'");
         return -1;
     }
     if (want_string(v, "prompt", err))
         return -1;
     if (!v->valuestring[0]) {
-        proto_error_set(err, "empty_prompt", "field 'prompt' is empty");
+        proto_error_set(err, IFL_CODE_EMPTY_PROMPT, "field 'prompt' is empty");
         return -1;
     }
     m->prompt_len = strlen(v->valuestring);
     m->prompt = malloc(m->prompt_len + 1);
     if (!m->prompt) {
-        proto_error_set(err, "out_of_memory", "no memory for the prompt");
+        proto_error_set(err, IFL_CODE_OUT_OF_MEMORY, "no memory for the prompt");
         return -1;
     }
     memcpy(m->prompt, v->valuestring, m->prompt_len + 1);
+    return 0;
+}
 
-    if ((v = cJSON_GetObjectItemCaseSensitive(root, "model"))) {
-        if (want_string(v, "model", err))
-            return -1;
-        if (ifl_policy_parse(v->valuestring, &m->policy)) {
-            char c[64];
-            clip(c, sizeof c, v->valuestring);
-            proto_error_set(err, "unknown_model",
-                            "field 'model' is \"%s\": must be \"iterative\" or \"static\"", c);
-            return -1;
-        }
-    }
+/* max_tokens, temperature, top_k, top_p, seed: each optional, range-checked. */
+static int parse_numbers(const cJSON *root, const proto_limits *lim, req_params *m,
+                         proto_error *err)
+{
+    const cJSON *v;
+    double d;
     if ((v = cJSON_GetObjectItemCaseSensitive(root, "max_tokens"))) {
         if (want_int(v, "max_tokens", 1, lim->max_tokens, &d, err))
             return -1;
@@ -193,46 +183,78 @@ static int parse_generate(const cJSON *root, const proto_limits *lim, proto_msg 
         m->has_seed = 1;
         m->seed = (uint64_t)d;
     }
+    return 0;
+}
+
+static int parse_stop(const cJSON *v, req_params *m, proto_error *err)
+{
+    if (!cJSON_IsArray(v)) {
+        proto_error_set(err, IFL_CODE_WRONG_TYPE,
+                        "field 'stop' must be an array of strings, not %s", json_type_name(v));
+        return -1;
+    }
+    int n = cJSON_GetArraySize(v);
+    if (n > IFL_MAX_STOPS) {
+        proto_error_set(err, IFL_CODE_OUT_OF_RANGE, "field 'stop' has %d strings: at most %d", n,
+                        IFL_MAX_STOPS);
+        return -1;
+    }
+    int i = 0;
+    const cJSON *s;
+    cJSON_ArrayForEach(s, v)
+    {
+        if (!cJSON_IsString(s) || !s->valuestring) {
+            proto_error_set(err, IFL_CODE_WRONG_TYPE, "stop[%d] must be a string, not %s", i,
+                            json_type_name(s));
+            return -1;
+        }
+        size_t len = strlen(s->valuestring);
+        if (len < 1 || len > IFL_MAX_STOP_BYTES) {
+            proto_error_set(err, IFL_CODE_OUT_OF_RANGE, "stop[%d] is %zu bytes: must be 1 to %d", i,
+                            len, IFL_MAX_STOP_BYTES);
+            return -1;
+        }
+        memcpy(m->stop[i], s->valuestring, len + 1);
+        i++;
+    }
+    m->n_stop = i;
+    return 0;
+}
+
+static int parse_generate(const cJSON *root, const proto_limits *lim, req_params *m,
+                          proto_error *err)
+{
+    const cJSON *v;
+    m->policy = IFL_POLICY_ITERATIVE;
+    m->max_tokens = lim->def_max_tokens;
+    m->temperature = lim->def_temperature;
+    m->top_k = lim->def_top_k;
+    m->top_p = lim->def_top_p;
+    if (parse_prompt(root, m, err))
+        return -1;
+    if ((v = cJSON_GetObjectItemCaseSensitive(root, "model"))) {
+        if (want_string(v, "model", err))
+            return -1;
+        if (ifl_policy_parse(v->valuestring, &m->policy)) {
+            char c[64];
+            clip(c, sizeof c, v->valuestring);
+            proto_error_set(err, IFL_CODE_UNKNOWN_MODEL,
+                            "field 'model' is \"%s\": must be \"iterative\" or \"static\"", c);
+            return -1;
+        }
+    }
+    if (parse_numbers(root, lim, m, err))
+        return -1;
     if ((v = cJSON_GetObjectItemCaseSensitive(root, "ignore_eos"))) {
         if (!cJSON_IsBool(v)) {
-            proto_error_set(err, "wrong_type", "field 'ignore_eos' must be a boolean, not %s",
-                            json_type_name(v));
+            proto_error_set(err, IFL_CODE_WRONG_TYPE,
+                            "field 'ignore_eos' must be a boolean, not %s", json_type_name(v));
             return -1;
         }
         m->ignore_eos = cJSON_IsTrue(v);
     }
-    if ((v = cJSON_GetObjectItemCaseSensitive(root, "stop"))) {
-        if (!cJSON_IsArray(v)) {
-            proto_error_set(err, "wrong_type", "field 'stop' must be an array of strings, not %s",
-                            json_type_name(v));
-            return -1;
-        }
-        int n = cJSON_GetArraySize(v);
-        if (n > IFL_MAX_STOPS) {
-            proto_error_set(err, "out_of_range", "field 'stop' has %d strings: at most %d", n,
-                            IFL_MAX_STOPS);
-            return -1;
-        }
-        int i = 0;
-        const cJSON *s;
-        cJSON_ArrayForEach(s, v)
-        {
-            if (!cJSON_IsString(s) || !s->valuestring) {
-                proto_error_set(err, "wrong_type", "stop[%d] must be a string, not %s", i,
-                                json_type_name(s));
-                return -1;
-            }
-            size_t len = strlen(s->valuestring);
-            if (len < 1 || len > IFL_MAX_STOP_BYTES) {
-                proto_error_set(err, "out_of_range", "stop[%d] is %zu bytes: must be 1 to %d", i,
-                                len, IFL_MAX_STOP_BYTES);
-                return -1;
-            }
-            memcpy(m->stop[i], s->valuestring, len + 1);
-            i++;
-        }
-        m->n_stop = i;
-    }
+    if ((v = cJSON_GetObjectItemCaseSensitive(root, "stop")) && parse_stop(v, m, err))
+        return -1;
     return 0;
 }
 
@@ -257,33 +279,135 @@ static long find_nul_escape(const char *t, size_t n)
     return -1;
 }
 
-int proto_parse(const char *text, size_t len, const proto_limits *lim, proto_msg *m,
-                proto_error *err)
+/* The tree of one JSON value with nothing but whitespace after it; NULL with err filled. */
+static cJSON *parse_json(const char *text, size_t len, proto_error *err)
 {
-    memset(m, 0, sizeof *m);
-    memset(err, 0, sizeof *err);
-    int rc = -1;
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (!root) {
         size_t at = end && end >= text && end <= text + len ? (size_t)(end - text) : 0;
-        proto_error_set(err, "invalid_json", "message is not valid JSON (near byte %zu)", at);
-        return -1;
+        proto_error_set(err, IFL_CODE_INVALID_JSON, "message is not valid JSON (near byte %zu)",
+                        at);
+        return NULL;
     }
-    /* trailing bytes after the value (other than whitespace) are not one JSON value */
     if (end) {
         const char *p = end;
         while (p < text + len && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
             p++;
         if (p < text + len && *p) {
-            proto_error_set(err, "invalid_json",
+            proto_error_set(err, IFL_CODE_INVALID_JSON,
                             "message has bytes after its JSON value (at byte %zu)",
                             (size_t)(p - text));
-            goto out;
+            cJSON_Delete(root);
+            return NULL;
         }
     }
+    return root;
+}
+
+/* The message's type; -1 with err filled. */
+static int parse_type(const cJSON *root, proto_kind *kind, proto_error *err)
+{
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(root, "type");
+    if (!type) {
+        proto_error_set(err, IFL_CODE_MISSING_FIELD, "message needs a 'type'");
+        return -1;
+    }
+    if (want_string(type, "type", err))
+        return -1;
+    static const struct {
+        const char *name;
+        proto_kind kind;
+    } types[] = {{"generate", PROTO_GENERATE},
+                 {"cancel", PROTO_CANCEL},
+                 {"subscribe", PROTO_SUBSCRIBE},
+                 {"unsubscribe", PROTO_UNSUBSCRIBE},
+                 {"ping", PROTO_PING}};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        if (!strcmp(type->valuestring, types[i].name)) {
+            *kind = types[i].kind;
+            return 0;
+        }
+    char c[64];
+    clip(c, sizeof c, type->valuestring);
+    proto_error_set(err, IFL_CODE_UNKNOWN_TYPE,
+                    "type \"%s\" is unknown: expected generate, cancel, subscribe, unsubscribe or "
+                    "ping",
+                    c);
+    return -1;
+}
+
+/* Every field known to this type, and none twice. */
+static int check_fields(const cJSON *root, proto_kind kind, const char *type, proto_error *err)
+{
+    for (const cJSON *f = root->child; f; f = f->next) {
+        char c[64];
+        clip(c, sizeof c, f->string ? f->string : "");
+        if (!field_allowed(kind, f->string ? f->string : "")) {
+            proto_error_set(err, IFL_CODE_UNKNOWN_FIELD, "%s has no field '%s'", type, c);
+            return -1;
+        }
+        for (const cJSON *g = root->child; g != f; g = g->next)
+            if (!strcmp(g->string, f->string)) {
+                proto_error_set(err, IFL_CODE_INVALID_MESSAGE, "field '%s' appears twice", c);
+                return -1;
+            }
+    }
+    return 0;
+}
+
+/* The id a message must (generate, cancel) or may (ping) carry. */
+static int check_id(const cJSON *id, proto_kind kind, const char *type, proto_error *err)
+{
+    int needs_id = kind == PROTO_GENERATE || kind == PROTO_CANCEL;
+    if (!id && !needs_id)
+        return 0;
+    if (!id) {
+        proto_error_set(err, IFL_CODE_MISSING_FIELD, "%s needs an 'id'", type);
+        return -1;
+    }
+    if (want_string(id, "id", err))
+        return -1;
+    size_t n = strlen(id->valuestring);
+    if (n < 1 || n > PROTO_MAX_ID) {
+        proto_error_set(err, IFL_CODE_OUT_OF_RANGE, "field 'id' is %zu bytes: must be 1 to %d", n,
+                        PROTO_MAX_ID);
+        return -1;
+    }
+    return 0;
+}
+
+static int parse_topic(const cJSON *root, proto_msg *m, const char *type, proto_error *err)
+{
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "topic");
+    if (!t) {
+        proto_error_set(err, IFL_CODE_MISSING_FIELD, "%s needs a 'topic'", type);
+        return -1;
+    }
+    if (want_string(t, "topic", err))
+        return -1;
+    if (strcmp(t->valuestring, "steps")) {
+        char c[64];
+        clip(c, sizeof c, t->valuestring);
+        proto_error_set(err, IFL_CODE_UNKNOWN_TOPIC,
+                        "topic \"%s\" is unknown: the only topic is \"steps\"", c);
+        return -1;
+    }
+    strcpy(m->topic, "steps");
+    return 0;
+}
+
+int proto_parse(const char *text, size_t len, const proto_limits *lim, proto_msg *m,
+                proto_error *err)
+{
+    memset(m, 0, sizeof *m);
+    memset(err, 0, sizeof *err);
+    cJSON *root = parse_json(text, len, err);
+    if (!root)
+        return -1;
+    int rc = -1;
     if (!cJSON_IsObject(root)) {
-        proto_error_set(err, "invalid_message", "message must be a JSON object, not %s",
+        proto_error_set(err, IFL_CODE_INVALID_MESSAGE, "message must be a JSON object, not %s",
                         json_type_name(root));
         goto out;
     }
@@ -300,94 +424,173 @@ int proto_parse(const char *text, size_t len, const proto_limits *lim, proto_msg
     }
     long nul = find_nul_escape(text, len);
     if (nul >= 0) {
-        proto_error_set(err, "invalid_message",
+        proto_error_set(err, IFL_CODE_INVALID_MESSAGE,
                         "a string holds the character U+0000 (\\u0000 at byte %ld): not allowed",
                         nul);
         goto out;
     }
-    const cJSON *type = cJSON_GetObjectItemCaseSensitive(root, "type");
-    if (!type) {
-        proto_error_set(err, "missing_field", "message needs a 'type'");
+    if (parse_type(root, &m->kind, err))
         goto out;
-    }
-    if (want_string(type, "type", err))
+    const char *type = cJSON_GetObjectItemCaseSensitive(root, "type")->valuestring;
+    if (check_fields(root, m->kind, type, err) || check_id(id, m->kind, type, err))
         goto out;
-    static const struct {
-        const char *name;
-        proto_kind kind;
-    } types[] = {{"generate", PROTO_GENERATE},
-                 {"cancel", PROTO_CANCEL},
-                 {"subscribe", PROTO_SUBSCRIBE},
-                 {"unsubscribe", PROTO_UNSUBSCRIBE},
-                 {"ping", PROTO_PING}};
-    int found = 0;
-    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
-        if (!strcmp(type->valuestring, types[i].name)) {
-            m->kind = types[i].kind;
-            found = 1;
-        }
-    if (!found) {
-        char c[64];
-        clip(c, sizeof c, type->valuestring);
-        proto_error_set(err, "unknown_type",
-                        "type \"%s\" is unknown: expected generate, cancel, subscribe, "
-                        "unsubscribe or ping",
-                        c);
-        goto out;
-    }
-    /* every field known to this type, and none twice */
-    for (const cJSON *f = root->child; f; f = f->next) {
-        char c[64];
-        clip(c, sizeof c, f->string ? f->string : "");
-        if (!field_allowed(m->kind, f->string ? f->string : "")) {
-            proto_error_set(err, "unknown_field", "%s has no field '%s'", type->valuestring, c);
-            goto out;
-        }
-        for (const cJSON *g = root->child; g != f; g = g->next)
-            if (!strcmp(g->string, f->string)) {
-                proto_error_set(err, "invalid_message", "field '%s' appears twice", c);
-                goto out;
-            }
-    }
-    int needs_id = m->kind == PROTO_GENERATE || m->kind == PROTO_CANCEL;
-    if (id || needs_id) {
-        if (!id) {
-            proto_error_set(err, "missing_field", "%s needs an 'id'", type->valuestring);
-            goto out;
-        }
-        if (want_string(id, "id", err))
-            goto out;
-        size_t n = strlen(id->valuestring);
-        if (n < 1 || n > PROTO_MAX_ID) {
-            proto_error_set(err, "out_of_range", "field 'id' is %zu bytes: must be 1 to %d", n,
-                            PROTO_MAX_ID);
-            goto out;
-        }
-    }
     if (m->kind == PROTO_GENERATE) {
-        if (parse_generate(root, lim, m, err))
+        memcpy(m->gen.id, m->id, sizeof m->gen.id);
+        if (parse_generate(root, lim, &m->gen, err))
             goto out;
     } else if (m->kind == PROTO_SUBSCRIBE || m->kind == PROTO_UNSUBSCRIBE) {
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "topic");
-        if (!t) {
-            proto_error_set(err, "missing_field", "%s needs a 'topic'", type->valuestring);
+        if (parse_topic(root, m, type, err))
             goto out;
-        }
-        if (want_string(t, "topic", err))
-            goto out;
-        if (strcmp(t->valuestring, "steps")) {
-            char c[64];
-            clip(c, sizeof c, t->valuestring);
-            proto_error_set(err, "unknown_topic",
-                            "topic \"%s\" is unknown: the only topic is "
-                            "\"steps\"",
-                            c);
-            goto out;
-        }
-        strcpy(m->topic, "steps");
     }
     rc = 0;
 out:
     cJSON_Delete(root);
     return rc;
+}
+
+/* ---- frames to the client ------------------------------------------------------------------ */
+
+static void put_str(strbuf *sb, const char *s)
+{
+    sb_json_str(sb, s, strlen(s));
+}
+
+/* ,"id":"..." or ,"id":null */
+static void put_id(strbuf *sb, const char *id)
+{
+    sb_puts(sb, ",\"id\":");
+    if (id)
+        put_str(sb, id);
+    else
+        sb_puts(sb, "null");
+}
+
+void proto_write_hello(strbuf *sb, const proto_hello *h)
+{
+    sb_puts(sb, "{\"type\":\"hello\",\"session\":");
+    put_str(sb, h->session);
+    sb_puts(sb, ",\"server\":");
+    put_str(sb, h->server);
+    sb_puts(sb, ",\"model\":{\"path\":");
+    put_str(sb, h->model_path);
+    sb_printf(sb, ",\"n_layer\":%d,\"n_head\":%d,\"n_embd\":%d,\"n_ctx\":%d,\"vocab_size\":%d,",
+              h->n_layer, h->n_head, h->n_embd, h->n_ctx, h->n_vocab);
+    sb_puts(sb, "\"weights\":");
+    put_str(sb, h->weights);
+    sb_puts(sb, ",\"device\":");
+    put_str(sb, h->device);
+    sb_printf(sb,
+              "},\"policies\":[\"iterative\",\"static\"],\"limits\":{\"max_context\":%d,"
+              "\"max_tokens\":%d,\"max_message_bytes\":%d,\"max_requests_in_flight\":%d,"
+              "\"max_stop\":%d,\"max_stop_bytes\":%d,\"max_batch\":%d,\"max_queue\":%d,"
+              "\"max_outbox_bytes\":%d},",
+              h->n_ctx, h->max_tokens, h->max_message, h->max_inflight, IFL_MAX_STOPS,
+              IFL_MAX_STOP_BYTES, h->max_batch, h->max_queue, h->max_outbox);
+    sb_printf(sb,
+              "\"defaults\":{\"model\":\"iterative\",\"max_tokens\":%d,\"temperature\":%g,"
+              "\"top_k\":%d,\"top_p\":%g},",
+              h->def_max_tokens, h->def_temperature, h->def_top_k, h->def_top_p);
+    sb_printf(sb, "\"user_key\":%s,\"history\":", h->user_key ? "true" : "false");
+    put_str(sb, h->history);
+    sb_puts(sb, "}");
+}
+
+void proto_write_queued(strbuf *sb, const char *id, ifl_policy policy, uint64_t rid,
+                        int32_t position)
+{
+    sb_puts(sb, "{\"type\":\"queued\"");
+    put_id(sb, id);
+    sb_printf(sb, ",\"model\":\"%s\",\"rid\":%llu,\"position\":%d}", ifl_policy_name(policy),
+              (unsigned long long)rid, position);
+}
+
+void proto_write_started(strbuf *sb, const char *id, ifl_policy policy, uint64_t rid,
+                         int32_t prompt_tokens, uint64_t seed)
+{
+    sb_puts(sb, "{\"type\":\"started\"");
+    put_id(sb, id);
+    sb_printf(sb, ",\"model\":\"%s\",\"rid\":%llu,\"prompt_tokens\":%d,\"seed\":%llu}",
+              ifl_policy_name(policy), (unsigned long long)rid, prompt_tokens,
+              (unsigned long long)seed);
+}
+
+void proto_write_token(strbuf *sb, const char *id, int32_t index, int32_t token, const char *text,
+                       size_t len)
+{
+    sb_puts(sb, "{\"type\":\"token\"");
+    put_id(sb, id);
+    sb_printf(sb, ",\"index\":%d,\"token\":%d,\"text\":", index, token);
+    sb_json_str(sb, text ? text : "", text ? len : 0);
+    sb_puts(sb, "}");
+}
+
+void proto_write_done(strbuf *sb, const char *id, const req_result *res)
+{
+    sb_puts(sb, "{\"type\":\"done\"");
+    put_id(sb, id);
+    sb_printf(sb,
+              ",\"finish_reason\":\"%s\",\"usage\":{\"prompt_tokens\":%d,"
+              "\"completion_tokens\":%d},\"timing\":{\"queue_ms\":",
+              ifl_finish_name(res->finish), res->prompt_tokens, res->completion_tokens);
+    sb_json_num(sb, res->queue_ms, 3);
+    sb_puts(sb, ",\"ttft_ms\":");
+    if (res->ttft_ms >= 0)
+        sb_json_num(sb, res->ttft_ms, 3);
+    else
+        sb_puts(sb, "null");
+    sb_puts(sb, ",\"total_ms\":");
+    sb_json_num(sb, res->total_ms, 3);
+    sb_puts(sb, ",\"tokens_per_s\":");
+    sb_json_num(sb, res->tokens_per_s, 2);
+    sb_puts(sb, "}");
+    if (res->message) {
+        sb_puts(sb, ",\"message\":");
+        put_str(sb, res->message);
+    }
+    sb_puts(sb, "}");
+}
+
+void proto_write_error(strbuf *sb, const char *id, ifl_code code, const char *message)
+{
+    sb_puts(sb, "{\"type\":\"error\"");
+    put_id(sb, id);
+    sb_puts(sb, ",\"code\":");
+    put_str(sb, ifl_code_name(code));
+    sb_puts(sb, ",\"message\":");
+    put_str(sb, message);
+    sb_puts(sb, "}");
+}
+
+void proto_write_step(strbuf *sb, const ifl_step_record *st, double t_ms)
+{
+    sb_printf(sb,
+              "{\"type\":\"step\",\"model\":\"%s\",\"step\":%llu,\"t_ms\":%.3f,\"ms\":%.3f,"
+              "\"prefill_tokens\":%d,\"decode_tokens\":%d,\"running\":%d,\"waiting\":%d,"
+              "\"kv_used\":%d,\"kv_total\":%d,\"seqs\":[",
+              ifl_policy_name(st->policy), (unsigned long long)st->step, t_ms, st->ms,
+              st->prefill_tokens, st->decode_tokens, st->running, st->waiting, st->kv_used,
+              st->kv_total);
+    for (int32_t i = 0; i < st->n_seqs; i++)
+        sb_printf(sb, "%s[%llu,%d]", i ? "," : "", (unsigned long long)st->request_ids[i],
+                  st->is_prefill[i] ? 1 : 0);
+    sb_puts(sb, "],\"dropped\":");
+}
+
+void proto_write_step_end(strbuf *sb, uint64_t dropped)
+{
+    sb_printf(sb, "%llu}", (unsigned long long)dropped);
+}
+
+void proto_write_subscription(strbuf *sb, int subscribed)
+{
+    sb_printf(sb, "{\"type\":\"%s\",\"topic\":\"steps\"}",
+              subscribed ? "subscribed" : "unsubscribed");
+}
+
+void proto_write_pong(strbuf *sb, const char *id, int64_t time_ms)
+{
+    sb_puts(sb, "{\"type\":\"pong\"");
+    if (id)
+        put_id(sb, id);
+    sb_printf(sb, ",\"time_ms\":%lld}", (long long)time_ms);
 }

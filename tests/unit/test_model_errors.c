@@ -3,7 +3,7 @@
  * at a time: config.json fields, the safetensors header (offsets, shapes, dtypes, overlaps,
  * length), truncation, missing tensors, the vocabulary files. Prints each error it got as evidence.
  */
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -22,12 +22,12 @@ static void expect_error(const char *json, const char *code, const char *want_id
     proto_msg m;
     proto_error e;
     int rc = proto_parse(json, strlen(json), &LIM, &m, &e);
-    int ok = rc == -1 && e.code && !strcmp(e.code, code) && e.message[0] &&
+    int ok = rc == -1 && !strcmp(ifl_code_name(e.code), code) && e.message[0] &&
              (want_id ? e.has_id && !strcmp(e.id, want_id) : !e.has_id);
     if (!ok) {
         fprintf(stderr, "FAIL %s: want %s (id %s), got rc %d code %s id %s: %s\n", json, code,
-                want_id ? want_id : "none", rc, e.code ? e.code : "-", e.has_id ? e.id : "none",
-                e.message);
+                want_id ? want_id : "none", rc, rc ? ifl_code_name(e.code) : "-",
+                e.has_id ? e.id : "none", e.message);
         failures++;
     } else {
         printf("  %-16s <- %.60s : %s\n", code, json, e.message);
@@ -133,21 +133,22 @@ int main(void)
                        "\"ignore_eos\":true}";
     CHECK(proto_parse(full, strlen(full), &LIM, &m, &e) == 0);
     CHECK(m.kind == PROTO_GENERATE && !strcmp(m.id, "a1"));
-    CHECK(!strcmp(m.prompt, "Tab\there \xc3\xa9") && m.prompt_len == 11);
-    CHECK(m.policy == IFL_POLICY_STATIC && m.max_tokens == 32 && m.temperature == 0 &&
-          m.top_k == 0 && m.top_p == 1);
-    CHECK(m.has_seed && m.seed == 9007199254740991ull);
-    CHECK(m.n_stop == 2 && !strcmp(m.stop[0], "\n\n") && !strcmp(m.stop[1], "END"));
-    CHECK(m.ignore_eos == 1);
+    CHECK(!strcmp(m.gen.prompt, "Tab\there \xc3\xa9") && m.gen.prompt_len == 11);
+    CHECK(m.gen.policy == IFL_POLICY_STATIC && m.gen.max_tokens == 32 && m.gen.temperature == 0 &&
+          m.gen.top_k == 0 && m.gen.top_p == 1);
+    CHECK(m.gen.has_seed && m.gen.seed == 9007199254740991ull);
+    CHECK(m.gen.n_stop == 2 && !strcmp(m.gen.stop[0], "\n\n") && !strcmp(m.gen.stop[1], "END"));
+    CHECK(m.gen.ignore_eos == 1);
     proto_msg_free(&m);
     const char *minimal = "{\"type\":\"generate\",\"id\":\"b\",\"prompt\":\"hi\"}";
     CHECK(proto_parse(minimal, strlen(minimal), &LIM, &m, &e) == 0);
-    CHECK(m.policy == IFL_POLICY_ITERATIVE && m.max_tokens == 64 && m.temperature == 0.8 &&
-          m.top_k == 40 && m.top_p == 0.95 && !m.has_seed && !m.n_stop && !m.ignore_eos);
+    CHECK(m.gen.policy == IFL_POLICY_ITERATIVE && m.gen.max_tokens == 64 &&
+          m.gen.temperature == 0.8 && m.gen.top_k == 40 && m.gen.top_p == 0.95 && !m.gen.has_seed &&
+          !m.gen.n_stop && !m.gen.ignore_eos);
     proto_msg_free(&m);
     snprintf(json, sizeof json, "{\"type\":\"generate\",\"id\":\"c\",\"prompt\":\"%s\"}",
              long_prompt);
-    CHECK(proto_parse(json, strlen(json), &LIM, &m, &e) == 0 && m.prompt_len == 599);
+    CHECK(proto_parse(json, strlen(json), &LIM, &m, &e) == 0 && m.gen.prompt_len == 599);
     proto_msg_free(&m);
     const char *cancel = " {\"type\":\"cancel\",\"id\":\"a1\"} \n";
     CHECK(proto_parse(cancel, strlen(cancel), &LIM, &m, &e) == 0 && m.kind == PROTO_CANCEL &&

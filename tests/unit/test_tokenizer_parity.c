@@ -3,7 +3,7 @@
  * line, and decode(encode(x)) == x. The reference ids come from tests/tokenizer/js_reference.js,
  * run by CTest just before this test (fixture tokenizer_js). usage: test_tokenizer_parity
  * CORPUS.jsonl JS_IDS.txt VOCAB_DIR */
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

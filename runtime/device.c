@@ -1,10 +1,10 @@
-/* device.c: choosing the backend for --device auto|cpu|cuda (backend.h). The one file that knows
- * whether this build has the CUDA backend (INFLIGHT_HAVE_CUDA, set by CMake when nvcc was found),
- * so the CLI, the server and the tests build the same either way. */
+/* device.c: the backends' registry: --device auto|cpu|cuda to a backend (device.h). The one file
+ * that knows whether this build has the CUDA backend (INFLIGHT_HAVE_CUDA, set by CMake on the
+ * runtime library when nvcc was found). Not the engine start-up: runtime.c. */
+#include "device.h"
+
 #include <stdio.h>
 #include <string.h>
-
-#include "backend.h"
 
 #ifdef INFLIGHT_HAVE_CUDA
 #include "cuda_backend.h"
@@ -21,6 +21,11 @@ int ifl_device_parse(const char *s, ifl_device *out)
     else
         return -1;
     return 0;
+}
+
+const char *ifl_device_name(ifl_device d)
+{
+    return d == IFL_DEVICE_CUDA ? "cuda" : d == IFL_DEVICE_CPU ? "cpu" : "auto";
 }
 
 int ifl_device_resolve(ifl_device want, ifl_device *got, char *why, int why_cap, ifl_err *err)

@@ -1,0 +1,108 @@
+/* batcher_impl.h: the batcher's state, shared by its two halves: batcher.c (queue, submission,
+ * cancellation, lifetime: any thread) and batcher_loop.c (the batcher thread). Private to
+ * engine/: nothing outside those two files includes it.
+ *
+ * Guards:
+ *   {lock}   the waiting queue (one FIFO per session, visited round-robin), the running list's
+ *            membership, cancel flags, counters for stats, `stopping`.
+ *   batcher  everything about a running request's generation (KV table, sampler state, text),
+ *   thread   the KV pool accounting, the backend, the step buffers: touched by the batcher thread
+ *            only. */
+#ifndef IFL_BATCHER_IMPL_H
+#define IFL_BATCHER_IMPL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "batcher.h"
+#include "kv.h"
+#include "sampler.h"
+#include "util.h"
+
+typedef struct req {
+    uint64_t id, session;
+    void *user;
+    int32_t *prompt;
+    int32_t n_prompt;
+    int32_t max_tokens;
+    ifl_sampling sampling;
+    uint64_t seed; /* its Philox stream: draw n is ifl_philox_bits53(seed, n) (philox.h) */
+    int ignore_eos;
+    int n_stop;
+    char stop[IFL_MAX_STOPS][IFL_MAX_STOP_BYTES + 1];
+    size_t stop_len[IFL_MAX_STOPS];
+    uint64_t t_queued, t_admitted, t_first, t_finished;
+    struct req *next; /* {lock} in its session's FIFO while waiting */
+    int32_t position; /* {lock} last published queue position */
+    int cancel;       /* {lock} set by cancel(), acted on by the batcher thread */
+    /* batcher thread only, once admitted */
+    ifl_kv_seq kv;
+    int32_t n_done; /* prompt tokens already in the KV cache */
+    int32_t n_generated;
+    int32_t last_token;
+    ifl_utf8_stream utf8;
+    char *held; /* released text not yet sent: a possible stop-string start */
+    size_t held_len, held_cap;
+} req;
+
+typedef struct {
+    uint64_t session;
+    req *head, *tail;
+    int32_t count;
+} session_q;
+
+struct ifl_batcher {
+    ifl_batcher_params p;
+    ifl_backend *be;
+    const ifl_config *cfg;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t wake; /* {lock} new work or stop */
+    pthread_cond_t idle; /* {lock} nothing waiting or running */
+    /* {lock} */
+    session_q *sq;            /* sessions with waiting requests, in round-robin order */
+    int32_t n_sq, cap_sq, rr; /* rr: the session admitted from next */
+    req **pos_cursor; /* (max_queue) publish_positions' scratch: each session's next request */
+    int32_t n_waiting;
+    req **running; /* admitted, in admission order (max_batch) */
+    int32_t n_running;
+    int32_t n_finishing; /* off the running list, done event not yet out */
+    int stopping;
+    int positions_dirty;
+    ifl_batcher_stats stats;
+    /* batcher thread only */
+    ifl_kv_pool pool;
+    ifl_sampler sampler;
+    float *logits; /* (max_batch, V), for backends that do not sample on the device */
+    ifl_sample_req *sreq;
+    int32_t *next_tok;
+    int32_t *tokens, *run_start, *pos0, *nblk;
+    const int32_t **tables;
+    req **in_step;   /* (max_batch) the running list as this step saw it */
+    req **step_reqs; /* (max_batch) the step's requests, in run order */
+    req **cancelled; /* (max_batch) take_cancels' scratch */
+    uint64_t *step_ids;
+    uint8_t *step_prefill;
+    char *text; /* token text scratch */
+    size_t text_cap;
+    uint64_t step_no;
+};
+
+/* ---- batcher.c's helpers that the loop uses -------------------------------------------------- */
+
+void batcher_emit(ifl_batcher *b, const ifl_event *ev);
+/* The done event of r (times, token counts, the finish reason and its message). */
+void batcher_emit_done(ifl_batcher *b, req *r, ifl_finish f, const char *message);
+void batcher_req_free(req *r);
+/* {lock} The request admitted next in round-robin order, or NULL when none waits; it stays in the
+ * queue until batcher_pop_next removes it. */
+req *batcher_peek_next(ifl_batcher *b);
+void batcher_pop_next(ifl_batcher *b);
+/* {lock} Emits a queued event for each waiting request whose position changed. */
+void batcher_publish_positions(ifl_batcher *b);
+
+/* The thread's body (batcher_loop.c), started by ifl_batcher_start. */
+void *batcher_main(void *arg);
+
+#endif

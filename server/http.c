@@ -1,0 +1,433 @@
+/* http.c: the HTTP side of the one port (service.h): files of web/ only through plain path
+ * segments (then realpath must stay inside web/), /healthz, /readyz, /metrics, and the history
+ * API (checked here, answered by the history thread through the bridge). Every response carries
+ * nosniff, no-referrer and a strict Content-Security-Policy; only GET and HEAD (405 otherwise);
+ * /ws without an upgrade is 426. Service thread, except http_on_history_done. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+#include "service.h"
+#include "sha256.h"
+#include "util.h"
+
+#define HTTP_MAX_FILE (8u << 20)
+#define HTTP_CHUNK 16384
+
+/* A history query and the bridge item its answer travels in: answering never allocates, so an
+ * answer cannot be lost on the way back to its connection. `job` first: freeing the job frees
+ * both. */
+typedef struct {
+    history_job job;
+    bridge_item answer;
+} http_job;
+
+/* A user key is 16..64 of A-Z a-z 0-9 _ -; stored only as its SHA-256. */
+int srv_user_key_hash(const char *key, char hex[65])
+{
+    size_t n = strlen(key);
+    if (n < 16 || n > 64)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        char ch = key[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '_' || ch == '-'))
+            return -1;
+    }
+    ifl_sha256 h;
+    unsigned char d[32];
+    ifl_sha256_init(&h);
+    ifl_sha256_update(&h, key, n);
+    ifl_sha256_final(&h, d);
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", d[i]);
+    return 0;
+}
+
+static const char *mime_type(const char *path)
+{
+    static const struct {
+        const char *ext, *type;
+    } types[] = {
+        {".html", "text/html; charset=utf-8"},
+        {".js", "text/javascript; charset=utf-8"},
+        {".mjs", "text/javascript; charset=utf-8"},
+        {".css", "text/css; charset=utf-8"},
+        {".json", "application/json"},
+        {".svg", "image/svg+xml"},
+        {".png", "image/png"},
+        {".ico", "image/x-icon"},
+        {".txt", "text/plain; charset=utf-8"},
+        {".webmanifest", "application/manifest+json"},
+        {".woff2", "font/woff2"},
+    };
+    const char *dot = strrchr(path, '.');
+    if (dot)
+        for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+            if (!strcasecmp(dot, types[i].ext))
+                return types[i].type;
+    return "application/octet-stream";
+}
+
+/* A request path maps to a file under web/ only if it is made of plain segments: letters,
+ * digits, '-', '_', '.', none starting with '.', no empty segment. Then realpath must stay
+ * inside the web directory (no symlink escape). */
+static int web_path_ok(const char *p)
+{
+    if (p[0] != '/')
+        return 0;
+    const char *seg = p + 1;
+    for (const char *q = p + 1;; q++) {
+        if (*q == '/' || *q == 0) {
+            if (q == seg || seg[0] == '.')
+                return 0;
+            if (!*q)
+                return 1;
+            seg = q + 1;
+            continue;
+        }
+        unsigned char ch = (unsigned char)*q;
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '-' || ch == '_' || ch == '.'))
+            return 0;
+    }
+}
+
+static int http_respond(srv_conn *c, struct lws *wsi, int status, const char *ctype, char *body,
+                        size_t len, int head_only, const char *extra_name, const char *extra_value)
+{
+    uint8_t hbuf[LWS_PRE + 2048], *start = hbuf + LWS_PRE, *p = start, *end = hbuf + sizeof hbuf;
+    if (lws_add_http_common_headers(wsi, (unsigned)status, ctype, len, &p, end))
+        goto fail;
+    static const char *const hdrs[][2] = {
+        {"x-content-type-options:", "nosniff"},
+        {"referrer-policy:", "no-referrer"},
+        {"cache-control:", "no-cache"},
+        {"content-security-policy:",
+         "default-src 'self'; connect-src 'self'; img-src 'self' data:; style-src 'self'; "
+         "script-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"},
+    };
+    for (size_t i = 0; i < sizeof hdrs / sizeof hdrs[0]; i++)
+        if (lws_add_http_header_by_name(wsi, (const unsigned char *)hdrs[i][0],
+                                        (const unsigned char *)hdrs[i][1], (int)strlen(hdrs[i][1]),
+                                        &p, end))
+            goto fail;
+    if (extra_name && lws_add_http_header_by_name(wsi, (const unsigned char *)extra_name,
+                                                  (const unsigned char *)extra_value,
+                                                  (int)strlen(extra_value), &p, end))
+        goto fail;
+    if (lws_finalize_write_http_header(wsi, start, &p, end))
+        goto fail;
+    if (head_only || !len) {
+        free(body);
+        return lws_http_transaction_completed(wsi) ? -1 : 0;
+    }
+    free(c->http_body);
+    c->http_body = body;
+    c->http_len = len;
+    c->http_sent = 0;
+    lws_callback_on_writable(wsi);
+    return 0;
+fail:
+    free(body);
+    return -1;
+}
+
+static int http_text(srv_conn *c, struct lws *wsi, int status, const char *text, int head_only)
+{
+    size_t n = strlen(text);
+    char *b = malloc(n + 1);
+    if (!b)
+        return -1;
+    memcpy(b, text, n + 1);
+    return http_respond(c, wsi, status, "text/plain; charset=utf-8", b, n, head_only, NULL, NULL);
+}
+
+static void live_stats(server *s, metrics_live *live)
+{
+    memset(live, 0, sizeof *live);
+    live->ready = atomic_load(&s->ready) && !s->stopping;
+    if (s->log.db) {
+        live->db_enabled = 1;
+        ifl_dblog_get_stats(s->log.db, &live->db);
+    }
+    if (atomic_load(&s->ready)) {
+        live->have_stats = 1;
+        for (int p = 0; p < 2; p++)
+            if (s->b[p])
+                ifl_batcher_get_stats(s->b[p], &live->stats[p]);
+    }
+}
+
+static int http_serve_file(server *s, srv_conn *c, struct lws *wsi, const char *path, int head_only)
+{
+    if (!strcmp(path, "/"))
+        path = "/index.html";
+    if (!s->o->web_dir || !web_path_ok(path) || strlen(path) > 512)
+        return http_text(c, wsi, HTTP_STATUS_NOT_FOUND, "not found\n", head_only);
+    char full[PATH_MAX], real[PATH_MAX], root[PATH_MAX];
+    if ((size_t)snprintf(full, sizeof full, "%s%s", s->o->web_dir, path) >= sizeof full ||
+        !realpath(s->o->web_dir, root) || !realpath(full, real))
+        return http_text(c, wsi, HTTP_STATUS_NOT_FOUND, "not found\n", head_only);
+    size_t rl = strlen(root);
+    struct stat st;
+    if (strncmp(real, root, rl) || real[rl] != '/' || stat(real, &st) || !S_ISREG(st.st_mode))
+        return http_text(c, wsi, HTTP_STATUS_NOT_FOUND, "not found\n", head_only);
+    char *data = NULL;
+    size_t len = 0;
+    ifl_err err;
+    if (ifl_read_file(real, &data, &len, HTTP_MAX_FILE, &err)) {
+        fprintf(stderr, "inflight: %s\n", err.msg);
+        return http_text(c, wsi, HTTP_STATUS_INTERNAL_SERVER_ERROR, "cannot read the file\n",
+                         head_only);
+    }
+    return http_respond(c, wsi, HTTP_STATUS_OK, mime_type(real), data, len, head_only, NULL, NULL);
+}
+
+static int http_json_error(srv_conn *c, struct lws *wsi, int status, const char *msg)
+{
+    strbuf sb;
+    sb_init(&sb, 0);
+    sb_puts(&sb, "{\"error\":");
+    sb_json_str(&sb, msg, strlen(msg));
+    sb_puts(&sb, "}");
+    if (!sb_ok(&sb)) {
+        sb_free(&sb);
+        return -1;
+    }
+    size_t n = sb.len;
+    return http_respond(c, wsi, status, "application/json", sb_steal(&sb), n, 0, NULL, NULL);
+}
+
+/* Parses a decimal argument in [lo, hi]; -1 if present and bad, 0 absent, 1 read. */
+static int url_int(struct lws *wsi, const char *name, int64_t lo, int64_t hi, int64_t *out)
+{
+    char buf[64];
+    const char *v = lws_get_urlarg_by_name(wsi, name, buf, sizeof buf);
+    if (!v)
+        return 0;
+    char *end;
+    long long x = strtoll(v, &end, 10);
+    if (!*v || *end || x < lo || x > hi)
+        return -1;
+    *out = x;
+    return 1;
+}
+
+/* GET /api/history and /api/requests/ID (docs/protocol.md): checked here, answered by the
+ * history thread. */
+static int http_api(server *s, srv_conn *c, struct lws *wsi, const char *path)
+{
+    if (!strcmp(s->o->history, "off"))
+        return http_json_error(c, wsi, HTTP_STATUS_FORBIDDEN, "history is off on this server");
+    if (!s->history)
+        return http_json_error(c, wsi, HTTP_STATUS_SERVICE_UNAVAILABLE,
+                               "this server keeps no request log: start it with --db PATH");
+    http_job *hj = calloc(1, sizeof *hj);
+    if (!hj)
+        return -1;
+    history_job *j = &hj->job;
+    char key[128];
+    const char *v = lws_get_urlarg_by_name(wsi, "user=", key, sizeof key);
+    if (v && srv_user_key_hash(v, j->user_hash)) {
+        free(j);
+        return http_json_error(c, wsi, HTTP_STATUS_BAD_REQUEST,
+                               "user must be 16 to 64 characters of A-Z a-z 0-9 _ -");
+    }
+    if (!v && strcmp(s->o->history, "all")) {
+        free(j);
+        return http_json_error(c, wsi, HTTP_STATUS_BAD_REQUEST,
+                               "user=KEY is required: history shows a key's own requests");
+    }
+    if (!strcmp(path, "/api/history")) {
+        int64_t limit = 50, before = 0;
+        if (url_int(wsi, "limit=", 1, 500, &limit) < 0) {
+            free(j);
+            return http_json_error(c, wsi, HTTP_STATUS_BAD_REQUEST,
+                                   "limit must be an integer from 1 to 500");
+        }
+        if (url_int(wsi, "before=", 1, INT64_MAX, &before) < 0) {
+            free(j);
+            return http_json_error(c, wsi, HTTP_STATUS_BAD_REQUEST,
+                                   "before must be a request id (a positive integer)");
+        }
+        j->kind = HISTORY_LIST;
+        j->limit = (int32_t)limit;
+        j->before = before;
+    } else {
+        const char *idp = path + strlen("/api/requests/");
+        char *end;
+        long long id = strtoll(idp, &end, 10);
+        if (!*idp || *end || id < 1) {
+            free(j);
+            return http_json_error(c, wsi, HTTP_STATUS_NOT_FOUND,
+                                   "no such request: the id must be a positive integer");
+        }
+        j->kind = HISTORY_ONE;
+        j->id = id;
+    }
+    j->tag = c;
+    c->job = j;
+    c->wsi = wsi;
+    ifl_history_submit(s->history, j);
+    return 0;
+}
+
+static int http_readyz(server *s, srv_conn *c, struct lws *wsi, int head_only)
+{
+    if (s->stopping)
+        return http_text(c, wsi, HTTP_STATUS_SERVICE_UNAVAILABLE, "shutting down\n", head_only);
+    if (atomic_load(&s->load_failed))
+        return http_text(c, wsi, HTTP_STATUS_SERVICE_UNAVAILABLE, "the model failed to load\n",
+                         head_only);
+    if (!atomic_load(&s->ready))
+        return http_text(c, wsi, HTTP_STATUS_SERVICE_UNAVAILABLE, "not ready: loading the model\n",
+                         head_only);
+    if (s->log.db) {
+        ifl_dblog_stats ds;
+        ifl_dblog_get_stats(s->log.db, &ds);
+        if (!ds.up) {
+            char msg[IFL_ERR_MAX + 100];
+            snprintf(msg, sizeof msg,
+                     "ready, degraded: the request log is failing (%s); serving goes on\n",
+                     ds.last_error);
+            return http_text(c, wsi, HTTP_STATUS_OK, msg, head_only);
+        }
+    }
+    return http_text(c, wsi, HTTP_STATUS_OK, "ready\n", head_only);
+}
+
+static int http_metrics(server *s, srv_conn *c, struct lws *wsi, int head_only)
+{
+    metrics_live live;
+    live_stats(s, &live);
+    strbuf sb;
+    sb_init(&sb, 0);
+    metrics_render(&s->m, &live, &sb);
+    if (!sb_ok(&sb)) {
+        sb_free(&sb);
+        return -1;
+    }
+    size_t n = sb.len;
+    return http_respond(c, wsi, HTTP_STATUS_OK, "text/plain; version=0.0.4; charset=utf-8",
+                        sb_steal(&sb), n, head_only, NULL, NULL);
+}
+
+static int http_request(server *s, srv_conn *c, struct lws *wsi, const char *path)
+{
+    s->m.http_requests++;
+    int is_get = lws_hdr_total_length(wsi, WSI_TOKEN_GET_URI) > 0;
+    int is_head = lws_hdr_total_length(wsi, WSI_TOKEN_HEAD_URI) > 0;
+    if (!is_get && !is_head) {
+        char *b = strdup("method not allowed: only GET and HEAD\n");
+        if (!b)
+            return -1;
+        return http_respond(c, wsi, HTTP_STATUS_METHOD_NOT_ALLOWED, "text/plain; charset=utf-8", b,
+                            strlen(b), 0, "allow:", "GET, HEAD");
+    }
+    if (!strcmp(path, "/healthz"))
+        return http_text(c, wsi, HTTP_STATUS_OK, "ok\n", is_head);
+    if (!strcmp(path, "/readyz"))
+        return http_readyz(s, c, wsi, is_head);
+    if (!strcmp(path, "/metrics"))
+        return http_metrics(s, c, wsi, is_head);
+    if (!strcmp(path, "/api/history") || !strncmp(path, "/api/requests/", 14))
+        return http_api(s, c, wsi, path);
+    if (!strcmp(path, "/ws"))
+        return http_text(c, wsi, 426, "this is the WebSocket endpoint: connect with a WebSocket\n",
+                         is_head);
+    return http_serve_file(s, c, wsi, path, is_head);
+}
+
+static int http_writeable(srv_conn *c, struct lws *wsi)
+{
+    if (c->answer) {
+        history_job *j = c->answer;
+        c->answer = NULL;
+        char *body = j->body;
+        size_t len = j->len;
+        int status = j->status;
+        free(j);
+        if (!body)
+            return -1;
+        return http_respond(c, wsi, status, "application/json", body, len, 0, NULL, NULL);
+    }
+    if (!c->http_body)
+        return 0;
+    uint8_t buf[LWS_PRE + HTTP_CHUNK];
+    size_t n = c->http_len - c->http_sent;
+    if (n > HTTP_CHUNK)
+        n = HTTP_CHUNK;
+    memcpy(buf + LWS_PRE, c->http_body + c->http_sent, n);
+    int final = c->http_sent + n == c->http_len;
+    if (lws_write(wsi, buf + LWS_PRE, n, final ? LWS_WRITE_HTTP_FINAL : LWS_WRITE_HTTP) < (int)n)
+        return -1;
+    c->http_sent += n;
+    if (final) {
+        free(c->http_body);
+        c->http_body = NULL;
+        return lws_http_transaction_completed(wsi) ? -1 : 0;
+    }
+    lws_callback_on_writable(wsi);
+    return 0;
+}
+
+/* A history answer is back: hand it to its connection (written at its next HTTP_WRITEABLE), or
+ * drop it if the connection went away. */
+void http_history_answer(server *s, history_job *j)
+{
+    (void)s;
+    srv_conn *c = j->tag;
+    if (!c || c->job != j || !c->wsi) {
+        free(j->body);
+        free(j);
+        return;
+    }
+    c->job = NULL;
+    c->answer = j;
+    lws_callback_on_writable(c->wsi);
+}
+
+/* History thread: the answer goes through the event queue like everything else. */
+void http_on_history_done(void *ud, history_job *job)
+{
+    server *s = ud;
+    http_job *hj = (http_job *)job;
+    memset(&hj->answer, 0, sizeof hj->answer);
+    hj->answer.kind = BRIDGE_HISTORY;
+    hj->answer.job = job;
+    hj->answer.embedded = 1;
+    bridge_push(&s->bridge, &hj->answer);
+}
+
+/* The connection is gone: a history answer still to come is dropped when it arrives. */
+static void on_closed_http(srv_conn *c)
+{
+    if (!c)
+        return;
+    free(c->http_body);
+    c->http_body = NULL;
+    if (c->job)
+        c->job->tag = NULL; /* its answer is dropped when it comes */
+    c->job = NULL;
+    if (c->answer) {
+        free(c->answer->body);
+        free(c->answer);
+        c->answer = NULL;
+    }
+    c->wsi = NULL;
+}
+
+int http_callback(server *s, struct lws *wsi, enum lws_callback_reasons reason, srv_conn *c,
+                  void *in)
+{
+    switch (reason) {
+    case LWS_CALLBACK_HTTP: return http_request(s, c, wsi, (const char *)in);
+    case LWS_CALLBACK_HTTP_WRITEABLE: return http_writeable(c, wsi);
+    case LWS_CALLBACK_CLOSED_HTTP: on_closed_http(c); return 0;
+    default: return 0;
+    }
+}

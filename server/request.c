@@ -1,0 +1,432 @@
+/* request.c: the request layer (request.h): submission, the batchers' events back to their owner,
+ * metrics and the log.
+ *
+ * Out of memory on the hot path. The allocations per event are small and of fixed shape (a bridge
+ * item per token, a frame per message); when one fails the request it belongs to ends with an
+ * error (out_of_memory) instead of skipping the piece, so no stream ever has a gap: a token event
+ * that did not make it shows as a gap in the indices (or a count short at done), the request is
+ * cancelled in its batcher, no further token is passed on, and its done reports finish `error`.
+ * The done event itself never allocates (its item lives in the request). */
+#include "request.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "reqlog.h"
+#include "util.h"
+
+static double ms_between(uint64_t a, uint64_t b)
+{
+    return b > a ? (double)(b - a) / 1e3 : 0;
+}
+
+uint64_t req_random_u64(req_layer *L)
+{
+    uint64_t v;
+    if (getrandom(&v, sizeof v, GRND_NONBLOCK) == (ssize_t)sizeof v)
+        return v;
+    /* splitmix64 over a clock-seeded state */
+    uint64_t z = (L->rng_state += 0x9E3779B97F4A7C15ull) ^ ifl_now_us();
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* ---- owners --------------------------------------------------------------------------------- */
+
+void req_owner_init(req_owner *o, const req_sink *sink, void *fe, uint64_t session,
+                    int32_t max_inflight)
+{
+    memset(o, 0, sizeof *o);
+    o->sink = sink;
+    o->fe = fe;
+    o->session = session;
+    o->max_inflight = max_inflight;
+    snprintf(o->session_hex, sizeof o->session_hex, "%016llx", (unsigned long long)session);
+}
+
+srv_req *req_find(const req_owner *o, const char *id)
+{
+    for (srv_req *r = o->reqs; r; r = r->next)
+        if (!strcmp(r->id, id))
+            return r;
+    return NULL;
+}
+
+static void owner_add(req_owner *o, srv_req *r)
+{
+    r->owner = o;
+    r->next = o->reqs;
+    o->reqs = r;
+    o->n_reqs++;
+}
+
+static void owner_remove(req_owner *o, srv_req *r)
+{
+    for (srv_req **pp = &o->reqs; *pp; pp = &(*pp)->next)
+        if (*pp == r) {
+            *pp = r->next;
+            o->n_reqs--;
+            break;
+        }
+    r->owner = NULL;
+}
+
+void req_owner_cancel_all(req_layer *L, req_owner *o)
+{
+    if (!o->n_reqs)
+        return;
+    for (int p = 0; p < 2; p++)
+        if (L->b[p])
+            ifl_batcher_cancel_session(L->b[p], o->session);
+}
+
+void req_owner_gone(req_layer *L, req_owner *o)
+{
+    req_owner_cancel_all(L, o);
+    for (srv_req *r = o->reqs; r; r = r->next)
+        r->owner = NULL; /* freed when their done events arrive */
+    o->reqs = NULL;
+    o->n_reqs = 0;
+}
+
+/* ---- submission (service thread) ------------------------------------------------------------ */
+
+static void req_free(srv_req *r)
+{
+    free(r->prompt);
+    sb_free(&r->completion);
+    free(r->offsets);
+    free(r);
+}
+
+static ifl_code submit_code(ifl_submit_status st)
+{
+    switch (st) {
+    case IFL_SUBMIT_QUEUE_FULL: return IFL_CODE_QUEUE_FULL;
+    case IFL_SUBMIT_TOO_LONG: return IFL_CODE_PROMPT_TOO_LONG;
+    case IFL_SUBMIT_SHUTTING_DOWN: return IFL_CODE_SHUTTING_DOWN;
+    case IFL_SUBMIT_NO_MEMORY: return IFL_CODE_OUT_OF_MEMORY;
+    case IFL_SUBMIT_INVALID:
+    case IFL_SUBMIT_OK: break;
+    }
+    return IFL_CODE_INVALID_REQUEST;
+}
+
+/* A request refused after it parsed: the error to its owner, and a row in the log with its code. */
+static void refuse(req_layer *L, req_owner *o, srv_req *r, ifl_code code, const char *msg)
+{
+    metrics_count_error(L->m, code);
+    o->sink->error(o->fe, r->id, code, msg);
+    reqlog_refused(L->log, r, code);
+    req_free(r);
+}
+
+/* The checks that need the server's and the owner's state; 0 when the request may go on. */
+static int admissible(req_layer *L, req_owner *o, srv_req *r)
+{
+    char msg[IFL_ERR_MAX + 64];
+    if (L->stopping || !L->b[r->policy]) {
+        refuse(L, o, r, IFL_CODE_SHUTTING_DOWN, "the server is shutting down");
+        return -1;
+    }
+    if (req_find(o, r->id)) {
+        snprintf(msg, sizeof msg,
+                 "a request with id \"%s\" is already in flight on this connection", r->id);
+        refuse(L, o, r, IFL_CODE_DUPLICATE_ID, msg);
+        return -1;
+    }
+    if (o->n_reqs >= o->max_inflight) {
+        snprintf(msg, sizeof msg, "this connection already has %d requests in flight (limit %d)",
+                 o->n_reqs, o->max_inflight);
+        refuse(L, o, r, IFL_CODE_TOO_MANY_REQUESTS, msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* Tokenizes the prompt and checks it against the context; 0 with *ids filled. */
+static int tokenize(req_layer *L, req_owner *o, srv_req *r, const char *text, size_t len,
+                    ifl_tokens *ids)
+{
+    char msg[IFL_ERR_MAX + 64];
+    ifl_err err;
+    if (ifl_tokenizer_encode(L->tok, text, len, 0, ids, &err)) {
+        snprintf(msg, sizeof msg, "cannot tokenize the prompt: %s", err.msg);
+        refuse(L, o, r, IFL_CODE_INVALID_REQUEST, msg);
+        return -1;
+    }
+    r->prompt_tokens = (int32_t)ids->n;
+    if ((int64_t)ids->n + r->max_tokens > L->n_ctx) {
+        snprintf(msg, sizeof msg,
+                 "the prompt is %zu tokens; with max_tokens %d that is %lld, over the model's "
+                 "context of %d",
+                 ids->n, r->max_tokens, (long long)ids->n + r->max_tokens, L->n_ctx);
+        ifl_tokens_free(ids);
+        refuse(L, o, r, IFL_CODE_PROMPT_TOO_LONG, msg);
+        return -1;
+    }
+    return 0;
+}
+
+static srv_req *req_new(req_layer *L, req_owner *o, req_params *p, uint64_t t_arrival)
+{
+    srv_req *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    memcpy(r->id, p->id, sizeof r->id);
+    r->policy = p->policy;
+    r->session = o->session;
+    r->seed = p->has_seed ? p->seed : req_random_u64(L) & ((1ull << 53) - 1);
+    r->prompt_tokens = -1;
+    r->max_tokens = p->max_tokens;
+    r->t_arrival = t_arrival;
+    sb_init(&r->completion, 0);
+    reqlog_params_json(p, r->seed, r->params, sizeof r->params);
+    return r;
+}
+
+srv_req *req_submit(req_layer *L, req_owner *o, req_params *p, uint64_t t_arrival)
+{
+    srv_req *r = req_new(L, o, p, t_arrival);
+    if (!r) {
+        metrics_count_error(L->m, IFL_CODE_OUT_OF_MEMORY);
+        o->sink->error(o->fe, p->id, IFL_CODE_OUT_OF_MEMORY, "no memory for the request");
+        return NULL;
+    }
+    char *text = p->prompt;
+    size_t text_len = p->prompt_len;
+    if (L->log->db) { /* the prompt is only kept for the log */
+        r->prompt = p->prompt;
+        r->prompt_len = p->prompt_len;
+        p->prompt = NULL;
+    }
+    if (admissible(L, o, r))
+        return NULL;
+    ifl_tokens ids = {0};
+    if (tokenize(L, o, r, text, text_len, &ids))
+        return NULL;
+    ifl_request_params rp = {.session = o->session,
+                             .prompt = ids.ids,
+                             .n_prompt = (int32_t)ids.n,
+                             .max_tokens = p->max_tokens,
+                             .sampling = {.temperature = (float)p->temperature,
+                                          .top_k = p->top_k,
+                                          .top_p = (float)p->top_p},
+                             .seed = r->seed,
+                             .ignore_eos = p->ignore_eos,
+                             .n_stop = p->n_stop,
+                             .user = r};
+    for (int i = 0; i < p->n_stop; i++)
+        rp.stop[i] = p->stop[i];
+    /* listed before submitting: the queued event is already in the bridge when submit returns,
+     * and a cancel may follow in the same read */
+    owner_add(o, r);
+    ifl_err err;
+    ifl_submit_status st = ifl_batcher_submit(L->b[r->policy], &rp, &r->rid, &err);
+    ifl_tokens_free(&ids);
+    if (st != IFL_SUBMIT_OK) {
+        owner_remove(o, r);
+        refuse(L, o, r, submit_code(st), err.msg);
+        return NULL;
+    }
+    return r;
+}
+
+void req_cancel(req_layer *L, req_owner *o, const char *id)
+{
+    srv_req *r = req_find(o, id);
+    if (!r) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "no request with id \"%s\" is in flight on this connection", id);
+        metrics_count_error(L->m, IFL_CODE_UNKNOWN_ID);
+        o->sink->error(o->fe, id, IFL_CODE_UNKNOWN_ID, msg);
+        return;
+    }
+    ifl_batcher_cancel(L->b[r->policy], r->rid);
+}
+
+/* ---- events back (service thread) ----------------------------------------------------------- */
+
+/* A token event that cannot be passed on in order: the request is stopped (see the top). */
+static void lose(req_layer *L, srv_req *r)
+{
+    if (r->lost)
+        return;
+    r->lost = 1;
+    if (L->b[r->policy])
+        ifl_batcher_cancel(L->b[r->policy], r->rid);
+}
+
+/* Keeps the token's arrival and text for the log; out of memory loses the offsets, not tokens. */
+static void record_token(req_layer *L, srv_req *r, const bridge_item *it)
+{
+    if (!L->log->db)
+        return;
+    if (r->n_tokens == r->cap_offsets) {
+        int32_t cap = r->cap_offsets ? 2 * r->cap_offsets : 64;
+        uint32_t *o = realloc(r->offsets, (size_t)cap * sizeof *o);
+        if (o) {
+            r->offsets = o;
+            r->cap_offsets = cap;
+        }
+    }
+    if (r->n_tokens < r->cap_offsets) {
+        uint64_t d = it->stamp > r->t_arrival ? it->stamp - r->t_arrival : 0;
+        r->offsets[r->n_tokens] = d > UINT32_MAX ? UINT32_MAX : (uint32_t)d;
+    } else {
+        free(r->offsets); /* out of memory: log no offsets rather than wrong ones */
+        r->offsets = NULL;
+        r->cap_offsets = -1;
+    }
+    sb_append(&r->completion, it->ev.text, it->ev.text_len);
+}
+
+static void on_token(req_layer *L, srv_req *r, const bridge_item *it)
+{
+    const ifl_event *ev = &it->ev;
+    int pol = (int)r->policy;
+    if (ev->index != r->n_tokens)
+        lose(L, r); /* an earlier token's item could not be allocated */
+    if (r->lost)
+        return;
+    if (r->n_tokens == 0) {
+        r->t_first = it->stamp;
+        metrics_hist_observe(&L->m->ttft[pol], ms_between(r->t_arrival, it->stamp) / 1e3);
+    } else {
+        metrics_hist_observe(&L->m->itl[pol], ms_between(r->t_last, it->stamp) / 1e3);
+    }
+    r->t_last = it->stamp;
+    record_token(L, r, it);
+    r->n_tokens++;
+    L->m->tokens[pol]++;
+    if (r->owner)
+        r->owner->sink->token(r->owner->fe, r, ev->index, ev->token, ev->text, ev->text_len);
+}
+
+static void result_of(const srv_req *r, const bridge_item *it, req_result *res)
+{
+    const ifl_event *ev = &it->ev;
+    uint64_t t_end = ev->t_finished ? ev->t_finished : it->stamp;
+    memset(res, 0, sizeof *res);
+    res->finish = ev->finish;
+    res->prompt_tokens = ev->prompt_tokens;
+    res->completion_tokens = ev->completion_tokens;
+    res->total_ms = ms_between(r->t_arrival, t_end);
+    res->queue_ms = ms_between(r->t_arrival, ev->t_admitted ? ev->t_admitted : t_end);
+    res->ttft_ms = ev->t_first_token ? ms_between(r->t_arrival, ev->t_first_token) : -1;
+    res->tokens_per_s = r->n_tokens >= 2 && r->t_last > r->t_first
+                            ? (double)(r->n_tokens - 1) / ((double)(r->t_last - r->t_first) / 1e6)
+                            : 0;
+    res->message = ev->message;
+    res->code = IFL_CODE_ENGINE_ERROR;
+    if (r->lost || r->n_tokens != ev->completion_tokens) {
+        res->finish = IFL_FINISH_ERROR;
+        res->code = IFL_CODE_OUT_OF_MEMORY;
+        res->message = "out of memory: a token could not be passed on, so the request was stopped";
+    }
+}
+
+static void on_done(req_layer *L, srv_req *r, const bridge_item *it)
+{
+    int pol = (int)r->policy;
+    req_result res;
+    result_of(r, it, &res);
+    L->m->requests[pol][(int)res.finish < METRICS_N_FINISH ? (int)res.finish : 0]++;
+    metrics_hist_observe(&L->m->e2e[pol], res.total_ms / 1e3);
+    if (res.finish == IFL_FINISH_ERROR)
+        metrics_count_error(L->m, res.code);
+    reqlog_finished(L->log, r, &it->ev, &res, !r->owner);
+    req_owner *o = r->owner;
+    if (o) {
+        owner_remove(o, r);
+        o->sink->done(o->fe, r, &res);
+    }
+    req_free(r);
+}
+
+void req_handle_event(req_layer *L, const bridge_item *it)
+{
+    const ifl_event *ev = &it->ev;
+    srv_req *r = ev->user;
+    int pol = (int)r->policy;
+    switch (ev->type) {
+    case IFL_EV_QUEUED:
+        if (r->owner)
+            r->owner->sink->queued(r->owner->fe, r, ev->position);
+        break;
+    case IFL_EV_STARTED:
+        metrics_hist_observe(&L->m->queue[pol], ms_between(r->t_arrival, it->stamp) / 1e3);
+        L->m->prompt_tokens[pol] += (uint64_t)r->prompt_tokens;
+        if (r->owner)
+            r->owner->sink->started(r->owner->fe, r);
+        break;
+    case IFL_EV_TOKEN: on_token(L, r, it); break;
+    case IFL_EV_DONE: on_done(L, r, it); break; /* frees r, and the item with it */
+    }
+}
+
+void req_handle_step(req_layer *L, const ifl_step_record *st)
+{
+    int pol = (int)st->policy;
+    L->m->steps[pol]++;
+    metrics_hist_observe(&L->m->batch[pol], st->n_seqs);
+    metrics_hist_observe(&L->m->step_s[pol], st->ms / 1e3);
+    reqlog_step(L->log, st);
+}
+
+/* ---- the batchers' callbacks (batcher threads) ---------------------------------------------- */
+
+void req_batcher_event(void *ud, const ifl_event *ev)
+{
+    req_layer *L = ud;
+    srv_req *r = ev->user;
+    bridge_item *it;
+    if (ev->type == IFL_EV_DONE) {
+        it = &r->done;
+        memset(it, 0, sizeof *it);
+        it->kind = BRIDGE_EVENT;
+        it->embedded = 1;
+        it->ev = *ev;
+        it->ev.text = NULL;
+        it->ev.message = NULL;
+        if (ev->message) {
+            snprintf(r->done_msg, sizeof r->done_msg, "%s", ev->message);
+            it->ev.message = r->done_msg;
+        }
+    } else {
+        size_t tl = ev->type == IFL_EV_TOKEN ? ev->text_len : 0;
+        it = bridge_item_new(BRIDGE_EVENT, tl + 1);
+        if (!it)
+            return; /* out of memory: the service thread sees the gap (see the top) */
+        it->ev = *ev;
+        it->ev.message = NULL;
+        if (tl)
+            memcpy(it->data, ev->text, tl);
+        it->data[tl] = 0;
+        it->ev.text = it->data;
+        it->ev.text_len = tl;
+    }
+    bridge_push(L->bridge, it);
+}
+
+void req_batcher_step(void *ud, const ifl_step_record *rec)
+{
+    req_layer *L = ud;
+    size_t n = rec->n_seqs > 0 ? (size_t)rec->n_seqs : 0;
+    bridge_item *it = bridge_item_new(BRIDGE_STEP, n * (sizeof(uint64_t) + 1));
+    if (!it)
+        return; /* a step record is a sample for the view and metrics: lost, not a gap */
+    it->step = *rec;
+    uint64_t *ids = (uint64_t *)(void *)it->data;
+    uint8_t *pre = (uint8_t *)(ids + n);
+    if (n) {
+        memcpy(ids, rec->request_ids, n * sizeof *ids);
+        memcpy(pre, rec->is_prefill, n);
+    }
+    it->step.request_ids = ids;
+    it->step.is_prefill = pre;
+    bridge_push(L->bridge, it);
+}

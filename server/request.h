@@ -1,0 +1,151 @@
+/* request.h: the request layer: one generation request from any front end, whatever its wire
+ * format. A front end (/ws today, the HTTP APIs next) parses its messages into req_params and
+ * writes results back in its own format through a req_sink; everything in between happens here,
+ * once: checks that need the server's state (shutting down, duplicate id, requests in flight per
+ * owner), tokenizing and the context check, submission to the batcher of the chosen policy,
+ * routing the batcher's events back to the owner, the metrics, and the finished request's log
+ * (stderr line and SQLite record, reqlog.h).
+ *
+ * Owners. Requests belong to a req_owner (a /ws connection: a session). An owner that goes away
+ * first calls req_owner_gone: its requests are cancelled in the batchers and their remaining events
+ * are dropped on arrival; each request is freed when its done event arrives.
+ *
+ * Threads: everything here runs on the service thread except req_batcher_event and
+ * req_batcher_step, the batchers' callbacks, which copy the event into a bridge item (bridge.h)
+ * and touch nothing else. What it is not: a parser or a writer of any wire format. */
+#ifndef IFL_REQUEST_H
+#define IFL_REQUEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "batcher.h"
+#include "bridge.h"
+#include "codes.h"
+#include "metrics.h"
+#include "strbuf.h"
+#include "tokenizer.h"
+
+#define REQ_MAX_ID 64 /* bytes of a client's request id */
+
+/* What a front end parsed: the parameters of one generation, defaults filled in. */
+typedef struct {
+    char id[REQ_MAX_ID + 1]; /* the client's id, unique among its owner's requests in flight */
+    char *prompt;            /* heap, NUL-terminated; req_submit takes it (sets it to NULL) */
+    size_t prompt_len;
+    ifl_policy policy;
+    int32_t max_tokens;
+    double temperature, top_p;
+    int32_t top_k;
+    int has_seed;
+    uint64_t seed; /* 0 .. 2^53-1 */
+    int ignore_eos;
+    int n_stop;
+    char stop[IFL_MAX_STOPS][IFL_MAX_STOP_BYTES + 1];
+} req_params;
+
+/* A finished request, as every front end reports it. */
+typedef struct {
+    ifl_finish finish;
+    int32_t prompt_tokens, completion_tokens;
+    double queue_ms;     /* arrival to admission (to the end if never admitted) */
+    double ttft_ms;      /* arrival to the first token; < 0: no token */
+    double total_ms;     /* arrival to the end */
+    double tokens_per_s; /* (tokens - 1) over first to last token; 0 with fewer than 2 */
+    ifl_code code;       /* why it failed (finish error): engine_error or out_of_memory */
+    const char *message; /* finish error: why, else NULL */
+} req_result;
+
+typedef struct srv_req srv_req;
+typedef struct req_owner req_owner;
+typedef struct reqlog reqlog; /* reqlog.h */
+
+/* How a front end is told about its requests (service thread). `fe` is req_owner.fe. */
+typedef struct {
+    void (*queued)(void *fe, const srv_req *r, int32_t position);
+    void (*started)(void *fe, const srv_req *r);
+    void (*token)(void *fe, const srv_req *r, int32_t index, int32_t token, const char *text,
+                  size_t len);
+    void (*done)(void *fe, const srv_req *r, const req_result *res); /* r is freed after this */
+    /* a request refused (id is its id) or a message that failed: id NULL when unknown */
+    void (*error)(void *fe, const char *id, ifl_code code, const char *message);
+} req_sink;
+
+struct req_owner {
+    const req_sink *sink;
+    void *fe;             /* the front end's connection */
+    uint64_t session;     /* fairness and cancel-all in the batchers */
+    char session_hex[17]; /* as logged */
+    int32_t max_inflight; /* requests in flight at most */
+    srv_req *reqs;        /* in flight, newest first */
+    int32_t n_reqs;
+};
+
+/* One request in flight (service thread; the batcher sees it only as the `user` of its events). */
+struct srv_req {
+    req_owner *owner;     /* NULL once the owner went away */
+    struct srv_req *next; /* in owner->reqs */
+    char id[REQ_MAX_ID + 1];
+    ifl_policy policy;
+    uint64_t rid;     /* the batcher's request id */
+    uint64_t session; /* its owner's, kept for the log after the owner is gone */
+    uint64_t seed;
+    int32_t prompt_tokens; /* -1 until tokenized */
+    int32_t max_tokens;
+    uint64_t t_arrival, t_first, t_last; /* monotonic us */
+    int32_t n_tokens;                    /* token events received */
+    int lost;                            /* a token event was lost (out of memory): stopped */
+    /* for the request log */
+    char *prompt; /* copy, only with a database */
+    size_t prompt_len;
+    char params[512];  /* JSON */
+    strbuf completion; /* the token texts */
+    uint32_t *offsets; /* (n_tokens) us after t_arrival */
+    int32_t cap_offsets;
+    bridge_item done;           /* the done event's queue item: it needs no allocation */
+    char done_msg[IFL_ERR_MAX]; /* its message (finish error) */
+};
+
+typedef struct {
+    ifl_batcher *b[2];        /* by policy; NULL until the engine is up */
+    const ifl_tokenizer *tok; /* set with the batchers */
+    int32_t n_ctx;
+    int stopping; /* refuse new requests with shutting_down */
+    metrics *m;
+    reqlog *log;
+    bridge *bridge;
+    uint64_t rng_state;
+} req_layer;
+
+/* Service thread. */
+void req_owner_init(req_owner *o, const req_sink *sink, void *fe, uint64_t session,
+                    int32_t max_inflight);
+srv_req *req_find(const req_owner *o, const char *id);
+
+/* Submits a request arrived at t_arrival (monotonic us). Refusals go to the owner's sink as an
+ * error and into the log with their code; NULL then. */
+srv_req *req_submit(req_layer *L, req_owner *o, req_params *p, uint64_t t_arrival);
+
+/* Cancels the owner's request `id`; an unknown id is answered with an unknown_id error. */
+void req_cancel(req_layer *L, req_owner *o, const char *id);
+
+/* Cancels everything the owner has in flight (their done events still come). */
+void req_owner_cancel_all(req_layer *L, req_owner *o);
+
+/* The owner goes away: its requests are cancelled and their events dropped when they arrive. */
+void req_owner_gone(req_layer *L, req_owner *o);
+
+/* A batcher event, drained from the bridge (the done event frees the request). */
+void req_handle_event(req_layer *L, const bridge_item *it);
+
+/* A step record, drained from the bridge: metrics and the log's sample. */
+void req_handle_step(req_layer *L, const ifl_step_record *st);
+
+/* The batchers' callbacks (batcher threads): ud is the req_layer. */
+void req_batcher_event(void *ud, const ifl_event *ev);
+void req_batcher_step(void *ud, const ifl_step_record *rec);
+
+/* A random 64-bit value (seeds, session ids). */
+uint64_t req_random_u64(req_layer *L);
+
+#endif

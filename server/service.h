@@ -1,0 +1,116 @@
+/* service.h: what the files of `inflight serve` share inside server/ (not a public header: the
+ * public one is server.h). The server's state, the per-connection state, and the entry points each
+ * file gives the others:
+ *   server.c   run, signals, the stop phases, the loader thread, the lws callback's dispatch and
+ *              the draining of the bridge;
+ *   ws.c       /ws connections: outbox, receive and reassembly, message dispatch, the request
+ *              layer's sink that writes frames (protocol.h), step frames to subscribers;
+ *   http.c     HTTP routes: the page's files, /healthz, /readyz, /metrics, the history API.
+ *
+ * State and its guards:
+ *   service thread   connections, their outboxes, the request layer, metrics, every JSON byte.
+ *   {bridge.q.lock}  the bridge (bridge.h).
+ *   atomics          ready / load_failed / load_done (set once by the loader thread, which writes
+ *                    the engine fields before setting them). */
+#ifndef IFL_SERVICE_H
+#define IFL_SERVICE_H
+
+#include <libwebsockets.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "bridge.h"
+#include "dblog.h"
+#include "runtime.h"
+#include "history.h"
+#include "metrics.h"
+#include "protocol.h"
+#include "reqlog.h"
+#include "request.h"
+#include "server.h"
+
+#define CLOSE_TRY_AGAIN_LATER 1013
+
+typedef struct srv_frame {
+    struct srv_frame *next;
+    char *buf; /* LWS_PRE + len */
+    size_t len;
+} srv_frame;
+
+/* Per-connection state: lws per-session data, zeroed by lws, used by plain HTTP (the http_* and
+ * job fields) and by /ws connections (the rest). */
+typedef struct srv_conn {
+    struct server *srv; /* set when the connection is established */
+    struct lws *wsi;
+    struct srv_conn *next; /* in server.conns (WebSocket connections only) */
+    int is_ws;
+    char peer[64];
+    req_owner owner; /* this connection's session and requests */
+    srv_frame *out_head, *out_tail;
+    size_t out_bytes;
+    int subscribed;
+    uint64_t steps_dropped;
+    char *rx; /* the message being reassembled */
+    size_t rx_len, rx_cap;
+    int rx_binary;
+    int closing;   /* close once the outbox is written */
+    int close_now; /* close at the next writeable, dropping the outbox */
+    int close_code;
+    char close_reason[120];
+    char close_why[160]; /* for the log: why it closed */
+    /* what the upgrade request said (copied in FILTER_PROTOCOL_CONNECTION) */
+    char user_hash[65];
+    char user_agent[160];
+    /* HTTP: the response being written */
+    char *http_body;
+    size_t http_len, http_sent;
+    /* HTTP: an answer computed elsewhere (history), written at the next HTTP_WRITEABLE */
+    history_job *job; /* waiting for it; job->tag is this connection */
+    history_job *answer;
+} srv_conn;
+
+typedef struct server {
+    const ifl_server_opts *o;
+    struct lws_context *ctx;
+    int port;
+    uint64_t t0_us;
+    /* written by the loader thread before `ready` is set */
+    ifl_runtime rt; /* the device (resolved before the loader starts), model, tokenizer,
+                       thread pool and the two batchers' backends */
+    ifl_batcher *b[2];
+    atomic_int ready, load_failed, load_done;
+    char load_error[IFL_ERR_MAX];
+    pthread_t loader;
+    int loader_started;
+    bridge bridge;
+    /* service thread */
+    req_layer rl;
+    reqlog log;
+    metrics m;
+    proto_limits lim;
+    srv_conn *conns;
+    int32_t n_conns;
+    int stopping;
+    uint64_t stop_deadline_us; /* grace period end */
+    int closing_sockets;       /* stop: batchers stopped, sockets told 1001 */
+    ifl_history *history;      /* NULL once stopped */
+    lws_sorted_usec_list_t stop_timer;
+} server;
+
+/* ws.c (service thread) */
+int ws_callback(server *s, struct lws *wsi, enum lws_callback_reasons reason, srv_conn *c, void *in,
+                size_t len);
+void ws_broadcast_step(server *s, const ifl_step_record *st);
+void ws_close_all(server *s); /* the stop: every connection gets 1001 once its outbox is out */
+
+/* http.c (service thread) */
+int http_callback(server *s, struct lws *wsi, enum lws_callback_reasons reason, srv_conn *c,
+                  void *in);
+void http_history_answer(server *s, history_job *j);
+void http_on_history_done(void *ud, history_job *job); /* history thread: into the bridge */
+/* A user key is 16..64 of A-Z a-z 0-9 _ -; kept only as its SHA-256 (hex). -1 if it does not fit.
+ */
+int srv_user_key_hash(const char *key, char hex[65]);
+
+#endif
