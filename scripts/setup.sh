@@ -3,7 +3,8 @@
 # packages (the GPT-2 vocabulary and its JavaScript reference encoder; ws and playwright-core for
 # the tests). Idempotent: installs only what is missing. Needs root or sudo for apt-get.
 # usage: scripts/setup.sh [--test]   (--test: also what the tests need: Debian's chromium for the
-#                                    browser test, prometheus for promtool)
+#                                    browser test, prometheus for promtool, the sqlite3 shell
+#                                    the db tests read the log with)
 # Used by scripts/serve.sh and (with --test) scripts/test.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +15,7 @@ APT_PACKAGES=(
   python3 python3-numpy valgrind
 )
 if [ "${1:-}" = "--test" ]; then
-  APT_PACKAGES+=(chromium prometheus curl)
+  APT_PACKAGES+=(chromium prometheus curl sqlite3)
 fi
 
 sudo_cmd=()

@@ -2,7 +2,8 @@
 // chat.test.js: the web page end to end in headless Chromium against the real `inflight serve`:
 // makes a small random model, starts the server on a free port, and drives web/ from several
 // browser contexts (each its own WebSocket session): two pages submit at the same moment under the
-// iterative policy and must share a scheduler step; the demo button under static; an error frame
+// iterative policy and must share a scheduler step (by the server's step frames; sent again if they
+// ran one after the other); the demo button under static; an error frame
 // shown in its card; page-side validation; cancel; a phone-sized and a dark-mode page. The server
 // logs to a SQLite file (--db): then each context's history page (history.html, same user key as
 // its chat page) must list exactly that context's requests, with plots and a token timeline that
@@ -11,7 +12,8 @@
 // server.log).
 //
 // usage: node tests/browser/chat.test.js INFLIGHT_BINARY VOCAB_DIR ARTIFACTS_DIR
-// Exit status: 0 passed, 1 failed, 77 skipped (no Chromium; $CHROMIUM overrides /usr/bin/chromium).
+// Exit status: 0 passed, 1 failed, 77 skipped (no Chromium; $CHROMIUM overrides /usr/bin/chromium;
+// under CI=true no Chromium is a failure).
 'use strict';
 
 const fs = require('fs');
@@ -43,7 +45,13 @@ const VOCAB = path.resolve(argv[1]);
 const ARTIFACTS = path.resolve(argv[2]);
 
 if (!fs.existsSync(CHROMIUM)) {
-  log(`skip: no Chromium at ${CHROMIUM} (set $CHROMIUM to use another)`);
+  // under CI=true a missing browser is a failure: CI must run this test, not skip it
+  if (/^(1|true|yes)$/i.test(process.env.CI || '')) {
+    process.stderr.write(`FAIL: CI=true and no Chromium at ${CHROMIUM} (scripts/setup.sh --test installs it; ` +
+      'set $CHROMIUM to use another): under CI the browser test must not skip\n');
+    process.exit(1);
+  }
+  log(`skip: no Chromium at ${CHROMIUM} (set $CHROMIUM to use another; under CI=true this fails)`);
   process.exit(77);
 }
 let chromium;
@@ -387,8 +395,12 @@ async function checkHistory(chat, base, port, name, foreign) {
   const offs = d.token_offsets_us;
   check(Array.isArray(offs) && offs.length === pick.completion_tokens && offs.every((v, i) => i === 0 || v >= offs[i - 1]),
     `request ${pick.id}: ${offs.length} token offsets, in order, ${offs[0]} .. ${offs[offs.length - 1]} us`);
-  check(Math.abs(offs[0] / 1000 - d.ttft_ms) <= Math.max(2, d.ttft_ms * 0.05),
-    `request ${pick.id}: the first token's offset ${(offs[0] / 1000).toFixed(3)} ms is its TTFT ${d.ttft_ms} ms`);
+  // the offset is stamped when the batcher hands the token over, right after it stamped the first
+  // token: never before the TTFT, and after it by microseconds unless that thread was preempted
+  // between the two (a busy machine: 10 ms seen); 50 ms catches a wrong base or unit
+  const late = offs[0] / 1000 - d.ttft_ms;
+  check(late >= -0.002 && late <= 50,
+    `request ${pick.id}: the first token's offset ${(offs[0] / 1000).toFixed(3)} ms is its TTFT ${d.ttft_ms} ms (+${late.toFixed(3)} ms)`);
   const shown = await page.evaluate(() => ({
     points: Number(document.getElementById('plot-timeline').dataset.points),
     expanded: Array.from(document.querySelectorAll('#rows tr[aria-expanded="true"]'), (tr) => tr.dataset.id),
@@ -450,30 +462,42 @@ async function main() {
   const summary = await A.$eval('#model-summary', (e) => e.innerText.replace(/\s+/g, ' ').trim());
   check(/2\s*layers/.test(summary) && /64\s*wide/.test(summary), `model summary shown: "${summary}"`);
 
+  // A's request is the longer one (A_TOKENS), so that B's, sent at the same moment, arrives while
+  // A's runs even if the two pages' sends are some way apart on a busy machine; if they still ran
+  // one after the other (the server's step record says so), the pair is sent again
   const prompts = ['Programming in C++ is like', 'Programming in Assembly is like'];
+  const A_TOKENS = 200, B_TOKENS = 48, ATTEMPTS = 3;
   for (const [i, p] of [A, B].entries()) {
     await setPolicy(p, 'iterative');
-    await p.fill('#max-tokens', '48');
+    await p.fill('#max-tokens', String(i ? B_TOKENS : A_TOKENS));
     await p.check('#ignore-eos');
-    await p.fill('#prompt', prompts[i]);
   }
-  const at = Date.now() + 400;
-  const [idA, idB] = await Promise.all([clickAt(A, '#send', at), clickAt(B, '#send', at)]);
-  check(idA && idB, `both pages sent at the same moment (cards ${idA}, ${idB})`);
-  const [cA, cB] = await Promise.all([waitFinal(A, idA), waitFinal(B, idB)]);
-  for (const [n, c] of [['A', cA], ['B', cB]]) {
-    check(c.state === 'done', `page ${n}: card ${c.id} is done (state ${c.state}${c.error ? ': ' + c.error : ''})`);
-    check(c.model === 'iterative' && Number.isInteger(c.rid), `page ${n}: card has data-model iterative and data-rid ${c.rid}`);
-    check(c.finish === 'length', `page ${n}: finish_reason ${c.finish} (48 tokens, ignore_eos)`);
-    check(c.completion.length > 0, `page ${n}: completion is ${c.completion.length} characters: ${JSON.stringify(c.completion.slice(0, 60))}…`);
-    check(/\d/.test(c.ttft) && /tok\/s/.test(c.tps), `page ${n}: TTFT ${c.ttft}, ${c.tps}, tokens ${c.tokens}`);
+  let cA, cB, both, spans;
+  for (let attempt = 1; ; attempt++) {
+    for (const [i, p] of [A, B].entries()) await p.fill('#prompt', prompts[i]);
+    const at = Date.now() + 400;
+    const [idA, idB] = await Promise.all([clickAt(A, '#send', at), clickAt(B, '#send', at)]);
+    check(idA && idB, `both pages sent at the same moment (cards ${idA}, ${idB})`);
+    [cA, cB] = await Promise.all([waitFinal(A, idA), waitFinal(B, idB)]);
+    for (const [n, c, want] of [['A', cA, A_TOKENS], ['B', cB, B_TOKENS]]) {
+      check(c.state === 'done', `page ${n}: card ${c.id} is done (state ${c.state}${c.error ? ': ' + c.error : ''})`);
+      check(c.model === 'iterative' && Number.isInteger(c.rid), `page ${n}: card has data-model iterative and data-rid ${c.rid}`);
+      check(c.finish === 'length', `page ${n}: finish_reason ${c.finish} (${want} tokens, ignore_eos)`);
+      check(c.completion.length > 0, `page ${n}: completion is ${c.completion.length} characters: ${JSON.stringify(c.completion.slice(0, 60))}…`);
+      check(/\d/.test(c.ttft) && /tok\/s/.test(c.tps), `page ${n}: TTFT ${c.ttft}, ${c.tps}, tokens ${c.tokens}`);
+    }
+    both = await A.evaluate(([r1, r2]) => {
+      const has = (s, r) => s.seqs.some((q) => q[0] === r);
+      const s = window.inflightSteps.iterative.find((st) => has(st, r1) && has(st, r2));
+      return s ? { step: s.step, seqs: s.seqs, running: s.running, prefill: s.prefill_tokens, decode: s.decode_tokens } : null;
+    }, [cA.rid, cB.rid]);
+    spans = await stepSpans(A, 'iterative', [cA.rid, cB.rid]);
+    const sa = spans[cA.rid], sb = spans[cB.rid];
+    const apart = sa.n > 0 && sb.n > 0 && (sa.last < sb.first || sb.last < sa.first);
+    if (both || !apart || attempt === ATTEMPTS) break;
+    log(`     attempt ${attempt}: rids ${cA.rid} and ${cB.rid} ran one after the other (steps ${sa.first}..${sa.last}, ` +
+      `${sb.first}..${sb.last}): the two sends were too far apart to meet; again`);
   }
-  const both = await A.evaluate(([r1, r2]) => {
-    const has = (s, r) => s.seqs.some((q) => q[0] === r);
-    const s = window.inflightSteps.iterative.find((st) => has(st, r1) && has(st, r2));
-    return s ? { step: s.step, seqs: s.seqs, running: s.running, prefill: s.prefill_tokens, decode: s.decode_tokens } : null;
-  }, [cA.rid, cB.rid]);
-  const spans = await stepSpans(A, 'iterative', [cA.rid, cB.rid]);
   const spanText = `rid ${cA.rid} in steps ${spans[cA.rid].first}..${spans[cA.rid].last} (${spans[cA.rid].n} steps); ` +
       `rid ${cB.rid} in steps ${spans[cB.rid].first}..${spans[cB.rid].last} (${spans[cB.rid].n} steps)`;
   check(both !== null, `an iterative step holds both pages' requests (rid ${cA.rid} from A, rid ${cB.rid} from B)` +

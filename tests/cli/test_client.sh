@@ -20,7 +20,7 @@ fail() { echo "FAIL: $*" >&2; [ -f "$tmp/server.err" ] && tail -20 "$tmp/server.
   >"$tmp/server.out" 2>"$tmp/server.err" &
 server_pid=$!
 port=
-for _ in $(seq 200); do
+for _ in $(seq 600); do # up to 60 s (a timeout: a sanitizer build on a busy machine starts slowly)
   port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$tmp/server.out")
   [ -n "$port" ] && grep -q "ready in" "$tmp/server.out" && break
   sleep 0.1
@@ -55,11 +55,16 @@ grep -q "96 tokens in .* 12 requests)" "$tmp/open.out" || fail "open loop: not 1
 n=$(grep -c "inflight: request " "$tmp/server.err" || true)
 [ "$n" -eq 26 ] || fail "server logged $n request lines, want 26"
 
-# the history API (its own thread, read-only connection) sees the logged requests
-sleep 0.5
-hist=$(curl -sf "http://127.0.0.1:$port/api/history?limit=3") || fail "GET /api/history failed"
+# the history API (its own thread, read-only connection) sees the logged requests: the log is
+# written every 200 ms, so poll (a timeout of 30 s, not a bound on the writer)
+hist=
+for _ in $(seq 300); do
+  hist=$(curl -sf "http://127.0.0.1:$port/api/history?limit=3") || fail "GET /api/history failed"
+  [ "$(echo "$hist" | grep -o '"client_id"' | wc -l)" -eq 3 ] && break
+  sleep 0.1
+done
 echo "$hist" | head -c 300; echo
-[ "$(echo "$hist" | grep -o '"client_id"' | wc -l)" -eq 3 ] || fail "history: not 3 requests"
+[ "$(echo "$hist" | grep -o '"client_id"' | wc -l)" -eq 3 ] || fail "history: not 3 requests after 30 s"
 
 # no server: a clear error, exit 1
 kill "$server_pid"; wait "$server_pid"; rc=$?; server_pid=

@@ -1,12 +1,22 @@
 'use strict';
 // db_load: the 64-client load (64 clients x 4 requests x 32 tokens, ignore_eos, policies alternating
-// iterative/static; 16 clients with IFL_TEST_QUICK) against `inflight serve --db`, plus one more
+// iterative/static; 8 clients x 4 x 8 tokens with IFL_TEST_QUICK) against `inflight serve --db`, plus one more
 // connection that gets two requests refused (duplicate_id, and a prompt + max_tokens over the
 // context). Half the load clients close their connection themselves; the other half are still
-// connected when the server gets SIGTERM, as is one more with two 200-token requests (one per
-// policy) running at that moment: the server must let them finish (--grace), close the
-// connections with 1001, flush the log and exit 0. Then the database, read with the sqlite3 shell,
-// must hold:
+// connected when the server gets SIGTERM, as is one more with two LATE_TOKENS-token requests (one
+// per policy) running at that moment. What the server does at a stop (server.c begin_stop /
+// close_phase): it waits for the running requests until they finish or --grace ends, then cancels
+// what still runs, closes the connections with 1001, flushes the log and exits 0. Both outcomes are
+// checked, neither by how fast this machine is:
+//  (a) this server runs with --grace 600 (far more than any build needs for the late requests):
+//      its stop line counts the 2 late requests in flight, they finish with finish_reason length
+//      and all their tokens, the server says "all requests finished", and they are logged as such;
+//  (b) a second, small server (its own database) runs with --grace 0: two requests of LONG_TOKENS
+//      (one per policy, far more than can run between their first token and the SIGTERM) end with
+//      done(cancelled) and fewer tokens than asked, the server says "grace period over: cancelled
+//      what still ran", closes the connection with 1001, exits 0, and the database holds them with
+//      finish_reason cancelled, their streamed tokens and text, the session closed "server 1001".
+// Then the database of (a), read with the sqlite3 shell, must hold:
 //  - sessions: exactly one row per connection, with the session id of its hello, closed_at and
 //    close_reason set ("client 1000" / "server 1001 ..." as the connection ended), user_key the
 //    SHA-256 (hex) of the key for the clients that connected with ?user=KEY (every 8th), else NULL;
@@ -18,7 +28,7 @@
 //    timings: queued_at <= admitted_at <= first_token_at <= finished_at, ttft_ms = first_token_at -
 //    queued_at, queue_ms = admitted_at - queued_at, total_ms = finished_at - queued_at (0.01 ms),
 //    and the done frame's timing agrees with the row;
-//  - request_tokens: n_tokens 32, a 128-byte blob of strictly increasing uint32 offsets, the first
+//  - request_tokens: n_tokens N_TOKENS, a 4*N_TOKENS-byte blob of strictly increasing uint32 offsets, the first
 //    ~ ttft_ms*1000 and the last ~ total_ms*1000 (see TOKEN_SLACK_MS);
 //  - the refused requests: error_code as in the error frame, finish_reason NULL, no timings, no
 //    request_tokens row;
@@ -30,9 +40,10 @@
 const crypto = require('crypto');
 const D = require('./dblib');
 
-const N_CLIENTS = D.QUICK ? 16 : 64;
+const N_CLIENTS = D.QUICK ? 8 : 64;
 const PER_CLIENT = 4;
-const N_TOKENS = 32;
+const N_TOKENS = D.QUICK ? 8 : 32;
+const DUP_TOKENS = D.QUICK ? 32 : 200; // the first "dup": still in flight when its duplicate arrives
 const TIME_EPS_MS = 0.01; // derived figures vs timestamps
 // The token offsets are stamped by the server when the batcher hands it a token, right after the
 // batcher stamped first_token_at (first token) and before it stamps finished_at (after the last):
@@ -43,9 +54,84 @@ const TIME_EPS_MS = 0.01; // derived figures vs timestamps
 const TOKEN_SLACK_MS = 3;
 const TOKEN_SLACK_SHARE = 0.9;
 const TOKEN_HARD_MS = 50;
-const LATE_TOKENS = 200;
+const LATE_TOKENS = D.QUICK ? 32 : 200;
+// (a): a grace no build needs (the late requests take seconds even under ThreadSanitizer); the
+// test's own wait for the exit is bounded by its deadline, not by this
+const LONG_GRACE_S = 600;
+// (b): --grace 0 and requests far longer than the moment between their first token and the SIGTERM
+const LONG_TOKENS = 1000;
 const PROMPTS = ['Hello world', 'The quick brown fox', 'In a hole in the ground there lived a hobbit.',
   'Programming in C++ is like', 'Once upon a time, in a land far away,'];
+
+// The server's stdout at a stop (server.c begin_stop, close_phase): how many requests it counted in
+// flight at the signal, the grace it gave them, and what it decided when the stop went on.
+function checkStopLines(srv, inFlight, graceS, cancelled, what) {
+  const stopping = /stopping: no new requests; (\d+) in flight may finish within ([\d.]+) s/.exec(srv.stdout);
+  D.check(stopping, () => `${what}: no "stopping: ... in flight may finish within ... s" line on stdout:\n${srv.stdout}`);
+  D.eq(Number(stopping[1]), inFlight, `${what}: requests in flight at the SIGTERM (server's count)`);
+  D.eq(Number(stopping[2]), graceS, `${what}: the grace the server gave them (s)`);
+  const want = cancelled ? 'grace period over: cancelled what still ran' : 'all requests finished';
+  const closing = /inflight serve: (.*); closing (\d+) connection\(s\)/.exec(srv.stdout);
+  D.check(closing, () => `${what}: no "...; closing N connection(s)" line on stdout:\n${srv.stdout}`);
+  D.eq(closing[1], want, `${what}: the server's decision at the end of the grace`);
+  D.check(/inflight serve: stopped/.test(srv.stdout), () => `${what}: no "stopped" line on stdout:\n${srv.stdout}`);
+  D.log(`${what}: stdout "${stopping[0]}" / "${closing[0]}"`);
+}
+
+// (b) --grace 0: whatever runs at the SIGTERM is cancelled, logged as cancelled, the connection
+// closed with 1001, exit 0. Requests of LONG_TOKENS on a model with the context for them: they are
+// still running when the signal comes on any machine (asserted through the server's own count).
+async function graceTooShort(bin, vocab, dir) {
+  const model = D.makeModel(bin, vocab, ['--n-ctx', '1024'], 'dbload-grace0-model');
+  const db = `${dir}/grace0.db`;
+  const tStart = Date.now();
+  const srv = await D.startServer(bin, vocab, model, ['--db', db, '--no-request-log', '--grace', '0']);
+  const c = await D.Client.open(srv.port, { name: 'grace0' });
+  const rs = ['iterative', 'static'].map((policy, i) => ({ id: `cut-${policy}`, policy, seed: 91 + i }));
+  for (const r of rs)
+    c.send({ type: 'generate', id: r.id, prompt: 'Cut short by the stop', model: r.policy, max_tokens: LONG_TOKENS, seed: r.seed, ignore_eos: true });
+  await Promise.all(rs.map((r) => c.waitFor((f) => f.msg.type === 'token' && f.msg.id === r.id, 120000, `${r.id}'s first token`)));
+  const stopAt = D.now();
+  const ex = await D.killServer(srv, 'SIGTERM', 120000);
+  const tStop = Date.now();
+  D.check(ex.code === 0, () => `(b) --grace 0: the server exited with ${ex.code} (signal ${ex.signal}) after SIGTERM\n${D.tail(srv.stderr, 4000)}`);
+  D.log(`(b) --grace 0: SIGTERM, exit 0 after ${(D.now() - stopAt).toFixed(0)} ms`);
+  checkStopLines(srv, rs.length, 0, true, '(b) --grace 0');
+  await D.withTimeout(c.closed, 10000, 'the grace0 connection to be closed by the server');
+  D.eq(c.closeInfo.code, 1001, '(b) --grace 0: close code at the server\'s stop');
+  c.assertNoViolations();
+  for (const r of rs) {
+    const res = D.checkRequestFrames(c.framesFor(r.id), r.id, { model: r.policy, seed: r.seed, finish: 'cancelled' });
+    r.text = res.text;
+    r.tokens = res.tokens.length;
+    D.check(r.tokens >= 1 && r.tokens < LONG_TOKENS, `(b) ${r.id}: ${r.tokens} tokens streamed (at least 1, fewer than the ${LONG_TOKENS} asked)`);
+  }
+  D.check(!/could not be written/.test(srv.stderr), () => `(b) records lost at exit: ${srv.stderr}`);
+  const ic = D.integrityCheck(db);
+  D.check(ic.ok, `(b) PRAGMA integrity_check: ${ic.out}`);
+  const sess = D.q(db, `SELECT * FROM sessions WHERE session = ${D.sqlStr(c.hello.session)}`);
+  D.eq(sess.length, 1, '(b) sessions rows of the grace0 connection');
+  D.check(/^server 1001/.test(sess[0].close_reason || ''), `(b) close_reason ${JSON.stringify(sess[0].close_reason)}`);
+  D.check(sess[0].closed_at >= tStart - 1000 && sess[0].closed_at <= tStop + 1000, `(b) closed_at ${sess[0].closed_at} outside the run`);
+  const rows = D.q(db, 'SELECT r.*, s.session AS session_hex, t.n_tokens FROM requests r JOIN sessions s ON s.id = r.session_id ' +
+    'LEFT JOIN request_tokens t ON t.request_id = r.id ORDER BY r.id');
+  D.eq(rows.length, rs.length, '(b) requests rows');
+  for (const r of rs) {
+    const hit = rows.filter((row) => row.session_hex === c.hello.session && row.client_id === r.id);
+    D.eq(hit.length, 1, `(b) rows for ${r.id}`);
+    const row = hit[0];
+    D.eq(row.policy, r.policy, `(b) ${r.id} policy`);
+    D.eq(row.finish_reason, 'cancelled', `(b) ${r.id} finish_reason (cancelled at the end of --grace 0)`);
+    D.eq(row.error_code, null, `(b) ${r.id} error_code`);
+    D.eq(row.completion_tokens, r.tokens, `(b) ${r.id} completion_tokens vs token frames streamed`);
+    D.eq(row.completion, r.text, `(b) ${r.id} completion vs the streamed token texts`);
+    D.eq(row.n_tokens, r.tokens, `(b) ${r.id} request_tokens.n_tokens`);
+    D.eq(JSON.parse(row.params).max_tokens, LONG_TOKENS, `(b) ${r.id} params.max_tokens`);
+    D.check(typeof row.finished_at === 'number' && row.finished_at <= tStop + 1000, `(b) ${r.id} finished_at ${row.finished_at}`);
+  }
+  D.log(`(b) --grace 0: ${rs.map((r) => `${r.id} cancelled after ${r.tokens} of ${LONG_TOKENS} tokens`).join(', ')}; ` +
+    `logged with finish_reason cancelled; connection closed 1001 (${JSON.stringify(sess[0].close_reason)})`);
+}
 
 D.main('db_load', async () => {
   const { bin, vocab } = D.parseArgs();
@@ -54,7 +140,7 @@ D.main('db_load', async () => {
   const dir = D.tmpDir('dbload');
   const db = `${dir}/log.db`;
   const tStart = Date.now();
-  const srv = await D.startServer(bin, vocab, model, ['--db', db, '--no-request-log']);
+  const srv = await D.startServer(bin, vocab, model, ['--db', db, '--no-request-log', '--grace', String(LONG_GRACE_S)]);
   D.check(/applied \d+ migration/.test(srv.stderr), () => `no "applied N migration(s)" line on a new file; stderr: ${srv.stderr}`);
 
   // every 8th client presents a user key: its session row keeps the key's SHA-256, no other does
@@ -80,7 +166,7 @@ D.main('db_load', async () => {
 
   // the refusals, on their own connection
   const x = await D.Client.open(srv.port, { name: 'refused' });
-  x.send({ type: 'generate', id: 'dup', prompt: 'A long one to stay in flight', max_tokens: 200, seed: 1, ignore_eos: true });
+  x.send({ type: 'generate', id: 'dup', prompt: 'A long one to stay in flight', max_tokens: DUP_TOKENS, seed: 1, ignore_eos: true });
   x.send({ type: 'generate', id: 'dup', prompt: 'The duplicate', max_tokens: 5, seed: 2, ignore_eos: true });
   const dupErr = await x.waitFor((f) => f.msg.type === 'error' && f.msg.id === 'dup', 30000, 'the duplicate_id error');
   D.eq(dupErr.msg.code, 'duplicate_id', 'code of the second "dup"');
@@ -88,7 +174,7 @@ D.main('db_load', async () => {
   x.send({ type: 'generate', id: 'toolong', prompt: 'Hello world', max_tokens: x.hello.limits.max_tokens, seed: 3 });
   const longEnd = await x.waitEnd('toolong', 30000);
   D.eq(longEnd.type, 'error', 'prompt + max_tokens over the context: refused');
-  const dupDone = await x.waitFor((f) => f.msg.type === 'done' && f.msg.id === 'dup', 120000, 'the done of the first "dup"');
+  const dupDone = await x.waitFor((f) => f.msg.type === 'done' && f.msg.id === 'dup', 300000, 'the done of the first "dup"');
   D.log(`refused: duplicate_id (${JSON.stringify(dupErr.msg.message)}), ${longEnd.code} (${JSON.stringify(longEnd.message)})`);
 
   await Promise.all(reqs.map((r) => r.client.waitEnd(r.id, 300000)));
@@ -126,10 +212,13 @@ D.main('db_load', async () => {
     late.send({ type: 'generate', id: lr.id, prompt: 'Still running at the stop', model: lr.policy, max_tokens: LATE_TOKENS, seed: lr.seed, ignore_eos: true });
   await Promise.all(lateReqs.map((lr) => late.waitFor((f) => f.msg.type === 'token' && f.msg.id === lr.id, 60000, `${lr.id}'s first token`)));
   const stopAt = D.now();
-  const r = await D.killServer(srv, 'SIGTERM', 30000);
+  // (a) --grace 600: the server waits for them however slow this build is (the wait below is a
+  // timeout for a hung server, bounded by the test's deadline)
+  const r = await D.killServer(srv, 'SIGTERM', 600000);
   const tStop = Date.now();
   D.check(r.code === 0, () => `the server exited with ${r.code} (signal ${r.signal}) after SIGTERM\n${D.tail(srv.stderr, 4000)}`);
   D.log(`SIGTERM: exit 0 after ${(D.now() - stopAt).toFixed(0)} ms`);
+  checkStopLines(srv, 2, LONG_GRACE_S, false, '(a) --grace 600');
   for (const lr of lateReqs) {
     const res = D.checkRequestFrames(late.framesFor(lr.id), lr.id, { model: lr.policy, n: LATE_TOKENS, finish: 'length' });
     lr.text = res.text;
@@ -290,4 +379,6 @@ D.main('db_load', async () => {
   D.check(/up to date/.test(st.out), `inflight db status does not say up to date:\n${st.out}`);
   D.check(new RegExp(`requests\\s+${nReqRows} rows`).test(st.out), `inflight db status does not count ${nReqRows} requests:\n${st.out}`);
   D.log(`inflight db status:\n${st.out}`);
+
+  await graceTooShort(bin, vocab, dir);
 });

@@ -3,8 +3,8 @@
 // `node <test> <inflight-binary> <vocab-dir>` like the integration tests, whose helpers
 // (tests/integration/lib.js: servers, clients, cleanup, watchdog) it re-exports. Added here: the
 // database read from outside through the sqlite3 command-line shell, the /metrics figures of the
-// log, /readyz, inter-token gaps, stopping a server by a signal of our choosing, tmpfs mounts that
-// are always unmounted.
+// log, /readyz, inter-token gaps, stalls beyond what the server's own step frames explain, stopping a
+// server by a signal of our choosing, tmpfs mounts that are always unmounted.
 
 const { spawn, spawnSync } = require('child_process');
 const fs = require('fs');
@@ -33,12 +33,10 @@ function sqlite3Bin() {
 }
 
 // Exits 77 (skipped) when there is no sqlite3 shell: every check here reads the file through it.
+// Under CI=true that fails instead (L.cannotCheck).
 function requireSqlite3() {
   const b = sqlite3Bin();
-  if (!b) {
-    console.log('SKIP: no sqlite3 command-line shell (set IFL_SQLITE3=/path/to/sqlite3)');
-    process.exit(SKIP);
-  }
+  if (!b) L.cannotCheck('no sqlite3 command-line shell (set IFL_SQLITE3=/path/to/sqlite3)', { exit: true });
   const v = spawnSync(b, ['--version'], { encoding: 'utf8' });
   L.log(`sqlite3 shell: ${b} ${(v.stdout || '').split(' ')[0]}`);
 }
@@ -205,10 +203,14 @@ function streamer(client, { prefix = 'q', depth = 1, params = {}, onDone = null 
         continue;
       }
       const doneFrame = r.frames.find((f) => f.msg.type === 'done');
+      const started = r.frames.find((f) => f.msg.type === 'started');
       rec.doneAt = doneFrame.t;
       rec.done = r.done;
       rec.tokens = r.tokens.length;
       rec.text = r.text;
+      rec.rid = started ? started.msg.rid : null;
+      rec.policy = started ? started.msg.model : null;
+      rec.tokenTimes = r.tokens.map((f) => f.t);
       for (const g of tokenGaps(r.frames)) {
         if (g > st.maxGap) {
           st.maxGap = g;
@@ -228,6 +230,72 @@ function streamer(client, { prefix = 'q', depth = 1, params = {}, onDone = null 
     if (st.failure) throw st.failure;
   };
   return st;
+}
+
+// ---- the server's steps against what the clients saw -----------------------------------------------
+
+// A client subscribed to `steps`: the server's own record of its scheduling, in sub.frames.
+async function stepSubscriber(port, name = 'steps') {
+  const sub = await L.Client.open(port, { name });
+  sub.send({ type: 'subscribe', topic: 'steps' });
+  await sub.waitFor((f) => f.msg.type === 'subscribed', 30000, 'subscribed');
+  return sub;
+}
+
+// The ends of the steps (ms on the server's clock) each (policy, rid) ran in, from the step frames.
+function stepEnds(sub) {
+  const ends = new Map();
+  let dropped = 0;
+  for (const f of sub.frames) {
+    if (f.msg.type !== 'step') continue;
+    dropped += f.msg.dropped;
+    for (const [rid] of f.msg.seqs) {
+      const k = `${f.msg.model}/${rid}`;
+      if (!ends.has(k)) ends.set(k, []);
+      ends.get(k).push(f.msg.t_ms + f.msg.ms);
+    }
+  }
+  return { ends, dropped };
+}
+
+// Stalls as the clients of `streams` saw them, less what the server's own steps explain: for each
+// two consecutive tokens of a request, the time between their arrivals minus the time between the
+// ends of the steps that produced them (a request of a one-step prompt runs in one step per token).
+// A serving thread blocked (on the database, say) shows here as the time it was blocked; slow steps
+// (a sanitizer build, a busy machine) cancel out. Waits (a timeout, timeoutMs) until the subscriber
+// has every step of every completed request. Returns {max, at, pairs, raw (the largest plain gap)}.
+async function stallBeyondSteps(sub, streams, what, timeoutMs = 60000) {
+  const recs = streams.flatMap((st) => [...st.done.values()]);
+  let got = null;
+  await L.until(() => {
+    got = stepEnds(sub);
+    return recs.every((r) => (got.ends.get(`${r.policy}/${r.rid}`) || []).length >= r.tokens);
+  }, timeoutMs, `${what}: the step frames of every completed request`, 50).catch((e) => {
+    const short = recs.filter((r) => (got.ends.get(`${r.policy}/${r.rid}`) || []).length !== r.tokens);
+    L.fail(`${e.message} (${short.length} of ${recs.length} requests short of steps, e.g. ${short.slice(0, 3).map((r) => `${r.id} ` +
+      `rid ${r.rid}: ${(got.ends.get(`${r.policy}/${r.rid}`) || []).length} steps for ${r.tokens} tokens`).join(', ')}; ` +
+      `step frames dropped ${got.dropped})`);
+  });
+  L.eq(got.dropped, 0, `${what}: step frames dropped for the subscriber (the record would be incomplete)`);
+  let max = 0;
+  let raw = 0;
+  let at = '';
+  let pairs = 0;
+  for (const r of recs) {
+    const ends = got.ends.get(`${r.policy}/${r.rid}`);
+    L.eq(ends.length, r.tokens, `${what}: steps holding ${r.id} (rid ${r.rid}, one per token)`);
+    for (let i = 1; i < r.tokenTimes.length; i++) {
+      const gap = r.tokenTimes[i] - r.tokenTimes[i - 1];
+      const extra = gap - (ends[i] - ends[i - 1]);
+      raw = Math.max(raw, gap);
+      pairs++;
+      if (extra > max) {
+        max = extra;
+        at = `${r.id} token ${i}`;
+      }
+    }
+  }
+  return { max, at, pairs, raw };
 }
 
 // ---- tmpfs ---------------------------------------------------------------------------------------
@@ -304,5 +372,6 @@ function sqlStr(s) {
 module.exports = {
   ...L, L, SKIP, sqlite3Bin, requireSqlite3, sqliteRun, q, scalar, exec, integrityCheck, offsetsFromHex,
   inflightDb, latestVersion, killServer, readyz, dbMetrics, fmtMetrics, waitDrained, tokenGaps, streamer,
+  stepSubscriber, stepEnds, stallBeyondSteps,
   mountTmpfs, remount, spawnTracked, sqlStr, sh,
 };

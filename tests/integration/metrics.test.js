@@ -1,7 +1,8 @@
 'use strict';
 // metrics: after a small mixed workload (both policies; finishing by length, stop, cancel while
 // running and while waiting, maybe eos; some bad messages; a subscriber counting steps), /metrics
-//  (a) passes `promtool check metrics` (skipped, saying so, when promtool is absent), and
+//  (a) passes `promtool check metrics` (skipped, saying so, when promtool is absent; under CI=true
+//      a missing promtool fails the test), and
 //  (b) passes a strict parser of the Prometheus text format 0.0.4 written here: every sample
 //      belongs to a family declared by # HELP and # TYPE before it, families contiguous, names and
 //      labels well formed, no duplicate series, values floats; histograms with le ascending, buckets
@@ -292,7 +293,9 @@ L.main('metrics', async () => {
   const pt = spawnSync('promtool', ['check', 'metrics'], { input: text, encoding: 'utf8' });
   const problems = []; // reported together at the end
   if (pt.error && pt.error.code === 'ENOENT') {
-    L.log('promtool not found: the promtool check is SKIPPED');
+    // under CI=true a failure (reported with the others at the end)
+    if (L.IN_CI) problems.push('CI=true: promtool not found (scripts/setup.sh --test installs prometheus): the promtool check cannot run');
+    else L.log('NOTE: promtool not found: the promtool check is SKIPPED (under CI=true this fails)');
   } else {
     const out = `${pt.stdout}${pt.stderr}`.trim();
     L.log(`promtool check metrics: exit ${pt.status}${out ? `: ${out}` : ''}`);

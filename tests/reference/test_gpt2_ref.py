@@ -9,12 +9,14 @@
 # fixtures this reference produced.
 #
 # Usage: /usr/bin/python3 tests/reference/test_gpt2_ref.py [-v]
-# Exit status: 0 all passed, 1 a check failed, 77 passed but some checks skipped (no binary).
+# Exit status: 0 all passed, 1 a check failed, 77 passed but some checks skipped (no binary; under
+# CI=true a skipped check is a failure: 1).
 
 import hashlib
 import json
 import math
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -430,6 +432,9 @@ def main():
     print("%d checks: %d failed, %d skipped"
           % (len(CHECKS), failed, skipped))
     if failed:
+        return 1
+    if skipped and re.match(r"^(1|true|yes)$", os.environ.get("CI", ""), re.I):
+        print("FAIL: CI=true and %d check(s) skipped: under CI every check must run" % skipped)
         return 1
     return 77 if skipped else 0
 

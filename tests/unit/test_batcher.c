@@ -1,10 +1,13 @@
 /* test_batcher.c: the shared batcher, both policies over the same weights in one process:
  * exact token/done counts at 1, 8 and 64 concurrent requests; iterative interleaving vs static
  * run-to-completion (event order); a seeded request gives the same tokens alone and in a busy
- * batch; a 512-token prompt joins 16 decoding sequences without starving them or making a step more
- * than 3x the median decode-only step; round-robin fairness across sessions; cancellation within
- * one step (also of a whole session); queue_full, prompt_too_long and invalid requests; stop
- * strings, end-of-text and text that adds up to the completion; no KV block leaked after any test.
+ * batch; a 512-token prompt joins 16 decoding sequences in the chunks the step budget leaves,
+ * without starving them (step records, not step times); round-robin fairness across sessions;
+ * cancellation within one step (also of a whole session); queue_full, prompt_too_long and invalid
+ * requests; stop strings, end-of-text and text that adds up to the completion; no KV block leaked
+ * after any test. Every verdict is what the scheduler decided (events, step records), never how
+ * fast a step ran. IFL_TEST_QUICK=1 (sanitizer stages): a smaller model and shorter completions,
+ * the same cases.
  * usage: test_batcher VOCAB_DIR */
 #include <pthread.h>
 #include <stdio.h>
@@ -12,123 +15,12 @@
 #include <string.h>
 
 #include "batcher.h"
+#include "batcher_log.h"
 #include "make_model.h"
 #include "model.h"
 #include "testutil.h"
 #include "threadpool.h"
 #include "util.h"
-
-/* ---- an event log all tests read ---- */
-
-typedef struct {
-    ifl_event ev;
-    char *text;   /* copy of ev.text */
-    uint64_t seq; /* global order of arrival */
-} logged;
-
-static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t log_cond = PTHREAD_COND_INITIALIZER;
-static logged *evlog;
-static size_t n_log, cap_log;
-static ifl_step_record *steps;
-static uint64_t **step_ids;
-static uint8_t **step_pre;
-static size_t n_steps, cap_steps;
-
-static void on_event(void *ud, const ifl_event *ev)
-{
-    (void)ud;
-    pthread_mutex_lock(&log_lock);
-    if (n_log == cap_log) {
-        cap_log = cap_log ? 2 * cap_log : 4096;
-        evlog = realloc(evlog, cap_log * sizeof *evlog);
-    }
-    logged *l = &evlog[n_log];
-    l->ev = *ev;
-    l->text = NULL;
-    if (ev->type == IFL_EV_TOKEN) {
-        l->text = malloc(ev->text_len + 1);
-        memcpy(l->text, ev->text, ev->text_len);
-        l->text[ev->text_len] = 0;
-    }
-    l->ev.text = l->text;
-    l->ev.message = NULL;
-    l->seq = n_log++;
-    pthread_cond_broadcast(&log_cond);
-    pthread_mutex_unlock(&log_lock);
-}
-
-static void on_step(void *ud, const ifl_step_record *r)
-{
-    (void)ud;
-    pthread_mutex_lock(&log_lock);
-    if (n_steps == cap_steps) {
-        cap_steps = cap_steps ? 2 * cap_steps : 1024;
-        steps = realloc(steps, cap_steps * sizeof *steps);
-        step_ids = realloc(step_ids, cap_steps * sizeof *step_ids);
-        step_pre = realloc(step_pre, cap_steps * sizeof *step_pre);
-    }
-    steps[n_steps] = *r;
-    step_ids[n_steps] = malloc((size_t)r->n_seqs * sizeof(uint64_t));
-    step_pre[n_steps] = malloc((size_t)r->n_seqs);
-    memcpy(step_ids[n_steps], r->request_ids, (size_t)r->n_seqs * sizeof(uint64_t));
-    memcpy(step_pre[n_steps], r->is_prefill, (size_t)r->n_seqs);
-    n_steps++;
-    pthread_mutex_unlock(&log_lock);
-}
-
-static void log_clear(void)
-{
-    pthread_mutex_lock(&log_lock);
-    for (size_t i = 0; i < n_log; i++)
-        free(evlog[i].text);
-    n_log = 0;
-    for (size_t i = 0; i < n_steps; i++) {
-        free(step_ids[i]);
-        free(step_pre[i]);
-    }
-    n_steps = 0;
-    pthread_mutex_unlock(&log_lock);
-}
-
-static int count_events(uint64_t id, ifl_event_type t)
-{
-    int n = 0;
-    pthread_mutex_lock(&log_lock);
-    for (size_t i = 0; i < n_log; i++)
-        n += evlog[i].ev.request_id == id && evlog[i].ev.type == t;
-    pthread_mutex_unlock(&log_lock);
-    return n;
-}
-
-/* Waits until request id has at least n events of type t. */
-static void wait_events(uint64_t id, ifl_event_type t, int n)
-{
-    pthread_mutex_lock(&log_lock);
-    for (;;) {
-        int c = 0;
-        for (size_t i = 0; i < n_log; i++)
-            c += evlog[i].ev.request_id == id && evlog[i].ev.type == t;
-        if (c >= n)
-            break;
-        pthread_cond_wait(&log_cond, &log_lock);
-    }
-    pthread_mutex_unlock(&log_lock);
-}
-
-/* Global arrival index of the k-th event of type t of request id, or -1. */
-static long event_seq(uint64_t id, ifl_event_type t, int k)
-{
-    long at = -1;
-    pthread_mutex_lock(&log_lock);
-    for (size_t i = 0; i < n_log; i++)
-        if (evlog[i].ev.request_id == id && evlog[i].ev.type == t && k-- == 0) {
-            at = (long)evlog[i].seq;
-            break;
-        }
-    pthread_mutex_unlock(&log_lock);
-    return at;
-}
 
 /* ---- fixtures ---- */
 
@@ -204,52 +96,6 @@ static void check_no_leak(ifl_batcher *b, const char *what)
            st.running, st.waiting);
 }
 
-/* The tokens and text of a finished request, checked for shape: queued first, started once,
- * tokens 0..n-1 in order, one done last. Returns the token count. */
-static int collect(uint64_t id, int32_t *ids, int cap, char *text, size_t text_cap, ifl_event *done)
-{
-    int n_tok = 0, n_done = 0, n_started = 0, bad_order = 0, seen_queued = 0;
-    size_t tl = 0;
-    pthread_mutex_lock(&log_lock);
-    for (size_t i = 0; i < n_log; i++) {
-        const ifl_event *e = &evlog[i].ev;
-        if (e->request_id != id)
-            continue;
-        switch (e->type) {
-        case IFL_EV_QUEUED:
-            seen_queued = 1;
-            bad_order |= n_started || n_tok || n_done;
-            break;
-        case IFL_EV_STARTED:
-            n_started++;
-            bad_order |= n_tok || n_done || !seen_queued;
-            break;
-        case IFL_EV_TOKEN:
-            bad_order |= e->index != n_tok || n_done || !n_started;
-            if (n_tok < cap)
-                ids[n_tok] = e->token;
-            if (text && tl + e->text_len < text_cap) {
-                memcpy(text + tl, e->text, e->text_len);
-                tl += e->text_len;
-            }
-            n_tok++;
-            break;
-        case IFL_EV_DONE:
-            n_done++;
-            if (done)
-                *done = *e;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&log_lock);
-    if (text)
-        text[tl] = 0;
-    CHECKF(n_done == 1 && !bad_order && n_started <= 1,
-           "request %llu: %d done events, %d started, events out of order: %d",
-           (unsigned long long)id, n_done, n_started, bad_order);
-    return n_tok;
-}
-
 /* What the token ids decode to, through the same streaming UTF-8 repair as the batcher. */
 static void decode_stream(const int32_t *ids, int n, char *out)
 {
@@ -270,11 +116,12 @@ static void decode_stream(const int32_t *ids, int n, char *out)
 static void test_counts(ifl_batcher *b)
 {
     static const int32_t ns[] = {1, 8, 64};
+    const int32_t n_tok = test_quick() ? 4 : 32;
     for (int t = 0; t < 3; t++) {
         log_clear();
         uint64_t ids[64];
         for (int i = 0; i < ns[t]; i++)
-            ids[i] = submit(b, (uint64_t)(100 + i), hello.ids, (int32_t)hello.n, 32,
+            ids[i] = submit(b, (uint64_t)(100 + i), hello.ids, (int32_t)hello.n, n_tok,
                             i % 2 ? 0.8f : 0.0f, (uint64_t)i, 0, NULL);
         ifl_batcher_wait_idle(b);
         int good = 0;
@@ -284,8 +131,8 @@ static void test_counts(ifl_batcher *b)
             ifl_event done;
             int n = collect(ids[i], toks, 64, text, sizeof text, &done);
             decode_stream(toks, n, want);
-            CHECKF(n == 32 && done.finish == IFL_FINISH_LENGTH && done.completion_tokens == 32 &&
-                       done.prompt_tokens == (int32_t)hello.n,
+            CHECKF(n == n_tok && done.finish == IFL_FINISH_LENGTH &&
+                       done.completion_tokens == n_tok && done.prompt_tokens == (int32_t)hello.n,
                    "%s, %d concurrent: request %d got %d tokens, finish %s, %d completion tokens",
                    ifl_batcher_name(b), ns[t], i, n, ifl_finish_name(done.finish),
                    done.completion_tokens);
@@ -294,25 +141,35 @@ static void test_counts(ifl_batcher *b)
                    ifl_batcher_name(b), i);
             CHECK(done.t_queued <= done.t_admitted && done.t_admitted <= done.t_first_token &&
                   done.t_first_token <= done.t_finished);
-            good += n == 32;
+            good += n == n_tok;
         }
-        printf("%-9s %2d concurrent: %d/%d requests got exactly 32 tokens and one done\n",
-               ifl_batcher_name(b), ns[t], good, ns[t]);
+        printf("%-9s %2d concurrent: %d/%d requests got exactly %d tokens and one done\n",
+               ifl_batcher_name(b), ns[t], good, ns[t], n_tok);
         check_no_leak(b, "counts");
     }
 }
 
-/* A request arriving while 8 others are mid-generation: its first token comes before any of them
- * finishes (iterative), or only after all of them have (static). */
+/* A request arriving while 8 others are mid-generation. Iterative: it joins their batch (every
+ * step it runs in holds the 8 too: step records) and its first token comes before any of them
+ * finishes; the 8 are long and cancelled only once it is done, so no preemption of this thread can
+ * let them finish first. Static: it waits for their batch to finish (no step holds it with any of
+ * them; its first token after their last done). */
 static void test_interleave(ifl_batcher *b)
 {
+    int iterative = !strcmp(ifl_batcher_name(b), "iterative");
+    int32_t n_run = iterative ? 400 : (test_quick() ? 16 : 48);
     log_clear();
     uint64_t ids[8];
     for (int i = 0; i < 8; i++)
-        ids[i] = submit(b, 1, hello.ids, (int32_t)hello.n, 48, 0, 0, 0, NULL);
+        ids[i] = submit(b, 1, hello.ids, (int32_t)hello.n, n_run, 0, 0, 0, NULL);
     for (int i = 0; i < 8; i++)
         wait_events(ids[i], IFL_EV_TOKEN, 4);
     uint64_t late = submit(b, 2, hello.ids, (int32_t)hello.n, 8, 0, 0, 0, NULL);
+    if (iterative) {
+        wait_events(late, IFL_EV_DONE, 1);
+        for (int i = 0; i < 8; i++)
+            ifl_batcher_cancel(b, ids[i]);
+    }
     ifl_batcher_wait_idle(b);
     long first = event_seq(late, IFL_EV_TOKEN, 0);
     long first_done = -1, last_done = -1;
@@ -321,44 +178,59 @@ static void test_interleave(ifl_batcher *b)
         first_done = first_done < 0 || d < first_done ? d : first_done;
         last_done = d > last_done ? d : last_done;
     }
-    if (!strcmp(ifl_batcher_name(b), "iterative")) {
+    int n_late = 0, n_all = 0, n_any = 0;
+    pthread_mutex_lock(&log_lock);
+    steps_with(late, ids, 8, &n_late, &n_all);
+    for (int i = 0; i < 8; i++) {
+        int nl, na;
+        steps_with(late, &ids[i], 1, &nl, &na);
+        n_any += na;
+    }
+    pthread_mutex_unlock(&log_lock);
+    if (iterative) {
         CHECKF(first >= 0 && first < first_done,
                "iterative: the late request's first token (event %ld) came after a running request "
                "finished (event %ld)",
                first, first_done);
-        printf("iterative: late request's first token at event %ld, first of the 8 done at %ld\n",
-               first, first_done);
+        CHECKF(n_late >= 1 && n_all == n_late,
+               "iterative: the late request ran in %d steps, %d of them with all 8 running ones",
+               n_late, n_all);
+        printf("iterative: late request's first token at event %ld, first of the 8 done at %ld; "
+               "it ran in %d steps, every one with the 8\n",
+               first, first_done, n_late);
     } else {
-        CHECKF(first > last_done,
+        CHECKF(first > last_done && n_any == 0,
                "static: the late request's first token (event %ld) came before "
-               "the running batch finished (event %ld)",
-               first, last_done);
-        printf("static:    late request's first token at event %ld, last of the 8 done at %ld\n",
-               first, last_done);
+               "the running batch finished (event %ld), or it shared %d steps with it",
+               first, last_done, n_any);
+        printf("static:    late request's first token at event %ld, last of the 8 done at %ld; no "
+               "step holds it with any of them (%d steps of its own)\n",
+               first, last_done, n_late);
     }
     check_no_leak(b, "interleave");
 }
 
 static void test_seeded(ifl_batcher *b)
 {
+    const int32_t n_tok = test_quick() ? 8 : 32;
     log_clear();
     int32_t alone[32], busy[32];
-    uint64_t id = submit(b, 7, hello.ids, (int32_t)hello.n, 32, 0.8f, 1234, 0, NULL);
+    uint64_t id = submit(b, 7, hello.ids, (int32_t)hello.n, n_tok, 0.8f, 1234, 0, NULL);
     ifl_batcher_wait_idle(b);
     int n1 = collect(id, alone, 32, NULL, 0, NULL);
     log_clear();
     uint64_t mine = 0;
     for (int i = 0; i < 32; i++) {
         if (i == 13)
-            mine = submit(b, 7, hello.ids, (int32_t)hello.n, 32, 0.8f, 1234, 0, NULL);
+            mine = submit(b, 7, hello.ids, (int32_t)hello.n, n_tok, 0.8f, 1234, 0, NULL);
         else /* others: different prompts (lengths) and seeds */
-            submit(b, (uint64_t)(200 + i), hello.ids, (int32_t)hello.n - (i % 4), 32, 0.8f,
+            submit(b, (uint64_t)(200 + i), hello.ids, (int32_t)hello.n - (i % 4), n_tok, 0.8f,
                    (uint64_t)(5000 + i), 0, NULL);
     }
     ifl_batcher_wait_idle(b);
     int n2 = collect(mine, busy, 32, NULL, 0, NULL);
     CHECKF(
-        n1 == 32 && n2 == 32 && !memcmp(alone, busy, sizeof alone),
+        n1 == n_tok && n2 == n_tok && !memcmp(alone, busy, (size_t)n_tok * sizeof *alone),
         "seeded request (temperature 0.8, top-k 40, seed 1234) differs alone and in a batch of 32");
     printf(
         "seeded request: tokens identical alone and inside a batch of 32 (first: %d %d %d ...)\n",
@@ -366,78 +238,138 @@ static void test_seeded(ifl_batcher *b)
     check_no_leak(b, "seeded");
 }
 
-static int cmp_double(const void *a, const void *b)
+/* The prefill chunks the scheduler must cut for a prompt of n_prompt tokens joining `decoders`
+ * decoding sequences under a step budget: each step decodes every running sequence first, then
+ * gives the prompt what is left, min(remaining prompt, budget - decode tokens). Returns the number
+ * of chunks, their sizes in chunk[] (up to cap). */
+static int expected_chunks(int32_t n_prompt, int32_t decoders, int32_t budget, int32_t *chunk,
+                           int cap)
 {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
+    int n = 0;
+    for (int32_t left = n_prompt; left > 0 && budget > decoders; n++) {
+        int32_t c = left < budget - decoders ? left : budget - decoders;
+        if (n < cap)
+            chunk[n] = c;
+        left -= c;
+    }
+    return n;
 }
 
-/* A 512-token prompt admitted while 16 sequences decode. */
-static void test_long_prompt(ifl_batcher *b, int32_t budget)
+enum { LP_DEC = 16, LP_LONG = 512, LP_MAX_CHUNKS = 64 };
+
+/* What the step records say about a long prompt `big` joining LP_DEC decoding sequences ids[]. */
+typedef struct {
+    int n_chunks, chunk[LP_MAX_CHUNKS]; /* the prefill of each step that carried a chunk */
+    int big_steps, starved, over_budget, bad_chunk, prefilled;
+    double worst_ms; /* the slowest chunk step (information) */
+} lp_scan;
+
+/* Reads the step records from `from` on ({log_lock} taken here). A chunk must be min(remaining
+ * prompt, budget - the step's decode tokens): decode tokens first, then what the budget leaves. */
+static void scan_long_prompt(size_t from, uint64_t big, const uint64_t *ids, int32_t budget,
+                             lp_scan *o)
 {
-    log_clear();
-    uint64_t ids[16];
-    for (int i = 0; i < 16; i++)
-        ids[i] = submit(b, (uint64_t)(300 + i), hello.ids, (int32_t)hello.n, 120, 0, 0, 0, NULL);
-    for (int i = 0; i < 16; i++)
-        wait_events(ids[i], IFL_EV_TOKEN, 12); /* a dozen decode-only steps to compare with */
-    int32_t longp[512];
-    for (int i = 0; i < 512; i++)
-        longp[i] = hello.ids[i % hello.n];
+    memset(o, 0, sizeof *o);
     pthread_mutex_lock(&log_lock);
-    size_t step_mark = n_steps;
-    pthread_mutex_unlock(&log_lock);
-    uint64_t big = submit(b, 399, longp, 512, 4, 0, 0, 0, NULL);
-    wait_events(big, IFL_EV_TOKEN, 1);
-    pthread_mutex_lock(&log_lock);
-    size_t end = n_steps; /* the steps up to the long prompt's first token */
-    pthread_mutex_unlock(&log_lock);
-    wait_events(ids[0], IFL_EV_TOKEN, count_events(ids[0], IFL_EV_TOKEN) + 12);
-    pthread_mutex_lock(&log_lock);
-    int chunk_steps = 0, starved = 0;
-    double worst = 0, decode_ms[4096];
-    int n_dec_only = 0;
-    for (size_t s = 0; s < n_steps; s++) {
-        if (steps[s].prefill_tokens == 0 && n_dec_only < 4096)
-            decode_ms[n_dec_only++] = steps[s].ms;
-    }
-    for (size_t s = step_mark; s < end; s++) {
-        int has_big = 0, decoders = 0;
-        for (int32_t k = 0; k < steps[s].n_seqs; k++) {
-            has_big |= step_ids[s][k] == big;
-            for (int i = 0; i < 16; i++)
+    for (size_t s = from; s < n_steps; s++) {
+        const ifl_step_record *st = &steps[s];
+        if (st->prefill_tokens + st->decode_tokens > budget) {
+            o->over_budget++;
+            fprintf(stderr, "step %llu ran %d tokens, over the budget of %d\n",
+                    (unsigned long long)st->step, st->prefill_tokens + st->decode_tokens, budget);
+        }
+        int has_big = 0, big_prefill = 0, decoders = 0;
+        for (int32_t k = 0; k < st->n_seqs; k++) {
+            if (step_ids[s][k] == big) {
+                has_big = 1;
+                big_prefill = step_pre[s][k];
+            }
+            for (int i = 0; i < LP_DEC; i++)
                 decoders += step_ids[s][k] == ids[i] && !step_pre[s][k];
         }
         if (!has_big)
             continue;
-        chunk_steps++;
-        starved += decoders != 16;
-        worst = steps[s].ms > worst ? steps[s].ms : worst;
-        CHECKF(steps[s].prefill_tokens + steps[s].decode_tokens <= budget,
-               "step %llu ran %d tokens, over the budget of %d", (unsigned long long)steps[s].step,
-               steps[s].prefill_tokens + steps[s].decode_tokens, budget);
+        o->big_steps++;
+        o->starved += decoders != LP_DEC;
+        if (!big_prefill)
+            continue;
+        int32_t left = LP_LONG - o->prefilled, room = budget - st->decode_tokens;
+        int32_t expect = left < room ? left : room;
+        if (st->prefill_tokens != expect) {
+            o->bad_chunk++;
+            fprintf(stderr,
+                    "step %llu: a chunk of %d prompt tokens with %d decode tokens and %d of the "
+                    "prompt left (expected min(%d, %d - %d) = %d)\n",
+                    (unsigned long long)st->step, st->prefill_tokens, st->decode_tokens, left, left,
+                    budget, st->decode_tokens, expect);
+        }
+        if (o->n_chunks < LP_MAX_CHUNKS)
+            o->chunk[o->n_chunks] = st->prefill_tokens;
+        o->n_chunks++;
+        o->prefilled += st->prefill_tokens;
+        o->worst_ms = st->ms > o->worst_ms ? st->ms : o->worst_ms;
     }
     pthread_mutex_unlock(&log_lock);
-    qsort(decode_ms, (size_t)n_dec_only, sizeof *decode_ms, cmp_double);
-    double median = n_dec_only ? decode_ms[n_dec_only / 2] : 0;
-    CHECKF(chunk_steps >= 512 / budget, "the 512-token prompt took %d steps", chunk_steps);
-    CHECKF(starved == 0, "%d steps with the long prompt left a running sequence without a token",
-           starved);
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-    /* Sanitizers slow memory accesses and atomics unevenly: step times are not asserted there. */
-    const int timing_asserted = 0;
-#else
-    const int timing_asserted = 1;
-#endif
-    CHECKF(n_dec_only >= 5 && (!timing_asserted || worst <= 3 * median),
-           "the slowest prefill step took %.2f ms, more than 3x the median decode-only step "
-           "(%.2f ms over %d steps)",
-           worst, median, n_dec_only);
-    printf("512-token prompt with 16 decoding: %d prefill steps (budget %d tokens), every step "
-           "decoded all 16; slowest %.2f ms vs median decode-only %.2f ms (%.1fx%s)\n",
-           chunk_steps, budget, worst, median, median > 0 ? worst / median : 0,
-           timing_asserted ? "" : ", not asserted under sanitizers");
-    for (int i = 0; i < 16; i++)
+}
+
+/* A 512-token prompt admitted while 16 sequences decode: what the scheduler decided, step by step
+ * (from the step records): every running sequence decoded in every step that carried the prompt,
+ * no step over the token budget, each chunk min(remaining prompt, budget - decode tokens), the
+ * prompt split over the expected number of steps. The step times (slowest chunk step against the
+ * median decode-only step) are printed, not asserted: they are a benchmark figure (`inflight
+ * bench`), and on a shared 2-core machine a preempted pool thread makes any step slow. */
+static void test_long_prompt(ifl_batcher *b, int32_t budget)
+{
+    const int settle = test_quick() ? 2 : 12; /* decode-only steps before and after the prompt */
+    log_clear();
+    uint64_t ids[LP_DEC];
+    for (int i = 0; i < LP_DEC; i++)
+        ids[i] = submit(b, (uint64_t)(300 + i), hello.ids, (int32_t)hello.n, 120, 0, 0, 0, NULL);
+    for (int i = 0; i < LP_DEC; i++)
+        wait_events(ids[i], IFL_EV_TOKEN, settle);
+    int32_t longp[LP_LONG];
+    for (int i = 0; i < LP_LONG; i++)
+        longp[i] = hello.ids[i % hello.n];
+    pthread_mutex_lock(&log_lock);
+    size_t step_mark = n_steps;
+    pthread_mutex_unlock(&log_lock);
+    uint64_t big = submit(b, 399, longp, LP_LONG, 4, 0, 0, 0, NULL);
+    wait_events(big, IFL_EV_TOKEN, 1);
+    /* more decode steps: every step of the prompt's prefill is recorded by then */
+    wait_events(ids[0], IFL_EV_TOKEN, count_events(ids[0], IFL_EV_TOKEN) + settle);
+    int32_t want[LP_MAX_CHUNKS];
+    int n_want = expected_chunks(LP_LONG, LP_DEC, budget, want, LP_MAX_CHUNKS);
+    lp_scan o;
+    scan_long_prompt(step_mark, big, ids, budget, &o);
+    int same = o.n_chunks == n_want;
+    char chunks[512];
+    size_t cl = 0;
+    for (int i = 0; i < o.n_chunks && i < LP_MAX_CHUNKS; i++) {
+        same = same && o.chunk[i] == want[i];
+        if (cl + 8 < sizeof chunks)
+            cl +=
+                (size_t)snprintf(chunks + cl, sizeof chunks - cl, "%s%d", i ? "," : "", o.chunk[i]);
+    }
+    chunks[cl] = 0;
+    CHECKF(o.starved == 0,
+           "%d of %d steps with the long prompt left a running sequence without a token", o.starved,
+           o.big_steps);
+    CHECKF(o.over_budget == 0, "%d steps over the budget of %d tokens", o.over_budget, budget);
+    CHECKF(o.bad_chunk == 0 && o.prefilled == LP_LONG,
+           "%d chunks not min(remaining prompt, budget - decode tokens); %d of %d prompt tokens "
+           "prefilled in the steps recorded",
+           o.bad_chunk, o.prefilled, LP_LONG);
+    CHECKF(same, "the %d-token prompt took %d chunk steps (%s), expected %d of min(left, %d - %d)",
+           LP_LONG, o.n_chunks, chunks, n_want, budget, LP_DEC);
+    int n_dec_only;
+    double median = median_decode_ms(&n_dec_only);
+    printf("%d-token prompt with %d decoding (budget %d tokens): %d chunk steps (%s), every one "
+           "decoded all %d, none over the budget\n",
+           LP_LONG, LP_DEC, budget, o.n_chunks, chunks, LP_DEC);
+    printf("  (information, not asserted) slowest chunk step %.2f ms vs median decode-only step "
+           "%.2f ms over %d steps (%.1fx)\n",
+           o.worst_ms, median, n_dec_only, median > 0 ? o.worst_ms / median : 0);
+    for (int i = 0; i < LP_DEC; i++)
         ifl_batcher_cancel(b, ids[i]);
     check_no_leak(b, "long prompt");
 }
@@ -485,8 +417,10 @@ static void test_cancel(ifl_batcher *b)
     log_clear();
     uint64_t id = submit(b, 9, hello.ids, (int32_t)hello.n, 400, 0, 0, 0, NULL);
     wait_events(id, IFL_EV_TOKEN, 3);
-    int before = count_events(id, IFL_EV_TOKEN);
     CHECK(ifl_batcher_cancel(b, id) == 1);
+    /* counted once the cancel is in: the step in flight may still add its token, no later one.
+     * (Counted before the call, a preemption of this thread would let steps go by.) */
+    int before = count_events(id, IFL_EV_TOKEN);
     wait_events(id, IFL_EV_DONE, 1);
     int after = count_events(id, IFL_EV_TOKEN);
     ifl_event done;
@@ -536,7 +470,7 @@ static void test_refusals(ifl_backend *be)
     double t0 = ifl_now_s();
     ifl_submit_status st = ifl_batcher_submit(b, &rp, &id, &err);
     double dt = ifl_now_s() - t0;
-    CHECKF(st == IFL_SUBMIT_QUEUE_FULL, "4th waiting request: %s", ifl_submit_status_name(st));
+    CHECKF(st == IFL_SUBMIT_QUEUE_FULL, "4th waiting request: status %d (%s)", (int)st, err.msg);
     printf("queue_full after %.3f ms: %s\n", dt * 1e3, err.msg);
     rp.max_tokens = model.cfg.n_ctx;
     st = ifl_batcher_submit(b, &rp, &id, &err);
@@ -684,9 +618,11 @@ int main(int argc, char **argv)
     test_tmpdir(dir, sizeof dir, "batcher");
     ifl_make_model_opts o;
     ifl_make_model_defaults(&o);
-    o.cfg.n_layer = 4;
+    /* IFL_TEST_QUICK (the sanitizer stages, whose forward pass may be 100x slower: ThreadSanitizer
+     * without OpenBLAS or AVX-512): a smaller model, the same scheduling */
+    o.cfg.n_layer = test_quick() ? 2 : 4;
     o.cfg.n_head = 4;
-    o.cfg.n_embd = 256;
+    o.cfg.n_embd = test_quick() ? 64 : 256;
     o.cfg.n_ctx = 1024;
     o.seed = 31;
     o.scale = 0.05;
