@@ -121,46 +121,158 @@ static void convert_tensor(void *dst, ifl_dtype to, const ifl_st_tensor *t)
     }
 }
 
+/* config.json and model.safetensors of dir; *prefix is "" or "transformer." (how the
+ * checkpoint names its tensors). path gets the safetensors file's path, for errors. */
+static int open_files(ifl_model *m, const char *dir, char *path, size_t cap, const char **prefix,
+                      ifl_err *err)
+{
+    if (ifl_path_join(path, cap, dir, "config.json"))
+        return ifl_err_set(err, "%s: path too long", dir);
+    if (ifl_config_load(&m->cfg, path, err))
+        return -1;
+    if (ifl_path_join(path, cap, dir, "model.safetensors"))
+        return ifl_err_set(err, "%s: path too long", dir);
+    if (ifl_st_open(&m->st, path, err))
+        return -1;
+    *prefix = "";
+    if (!ifl_st_find(&m->st, "wte.weight")) {
+        if (!ifl_st_find(&m->st, "transformer.wte.weight"))
+            return ifl_err_set(err,
+                               "%s: missing tensor 'wte.weight' (also looked for "
+                               "'transformer.wte.weight'): not a GPT-2 checkpoint",
+                               path);
+        *prefix = "transformer.";
+    }
+    return check_layer_count(m, *prefix, err);
+}
+
+/* Finds s's tensor and checks its dtype and shape against the config. */
+static int find_tensor(const ifl_model *m, const char *path, const char *prefix, tensor_spec *s,
+                       ifl_err *err)
+{
+    const ifl_config *c = &m->cfg;
+    const ifl_st_tensor *t = find_prefixed(&m->st, prefix, s->name);
+    if (!t)
+        return ifl_err_set(err, "%s: missing tensor '%s%s' (config.json: n_layer %d)", path,
+                           strcmp(s->name, "lm_head.weight") ? prefix : "", s->name, c->n_layer);
+    if (!t->known_dtype)
+        return ifl_err_set(err,
+                           "%s: tensor '%s' has dtype %s; only F32, F16 and BF16 are supported",
+                           path, t->name, t->dtype_name);
+    int64_t want[2] = {s->d0, s->d1};
+    int shape_ok =
+        t->n_dims == s->n_dims && t->shape[0] == s->d0 && (s->n_dims == 1 || t->shape[1] == s->d1);
+    /* GPT-2 biases are sometimes stored as (1, N). */
+    if (!shape_ok && s->n_dims == 1 && t->n_dims == 2 && t->shape[0] == 1 && t->shape[1] == s->d0)
+        shape_ok = 1;
+    if (!shape_ok) {
+        char got[160], exp[160];
+        ifl_st_format_shape(got, sizeof got, t->n_dims, t->shape);
+        ifl_st_format_shape(exp, sizeof exp, s->n_dims, want);
+        return ifl_err_set(err,
+                           "%s: tensor '%s' has shape %s but config.json (n_embd %d, n_inner %d, "
+                           "vocab_size %d, n_positions %d) needs %s",
+                           path, t->name, got, c->n_embd, c->n_inner ? c->n_inner : 4 * c->n_embd,
+                           c->n_vocab, c->n_ctx, exp);
+    }
+    s->src = t;
+    return 0;
+}
+
+/* Decides where s lives: in the mapping as it is, or converted / repacked into the arena (whose
+ * size *arena grows by it). Counts its bytes in m->weight_bytes. */
+static void place_tensor(ifl_model *m, const ifl_model_opts *opts, tensor_spec *s, size_t *arena)
+{
+    const ifl_st_tensor *t = s->src;
+    if (s->n_dims == 1) {
+        s->in_arena = 1;
+        s->arena_off = *arena;
+        *arena += ((size_t)t->numel * 4 + 63) & ~(size_t)63;
+        m->weight_bytes += (size_t)t->numel * 4;
+        return;
+    }
+    s->held = opts && opts->convert ? opts->dtype : t->dtype;
+    s->layout = IFL_LAYOUT_ROWS;
+    if (opts && opts->cpu_layout) {
+        size_t nl = strlen(s->name);
+        int is_conv1d =
+            !strncmp(s->name, "h.", 2) && nl > 7 && !strcmp(s->name + nl - 7, ".weight");
+        int is_head = !strcmp(s->name, "lm_head.weight") ||
+                      (!strcmp(s->name, "wte.weight") && m->cfg.tie_word_embeddings);
+        s->layout = is_head ? IFL_LAYOUT_NK4 : is_conv1d ? IFL_LAYOUT_KN8 : IFL_LAYOUT_ROWS;
+    }
+    size_t es = ifl_dtype_size(s->held);
+    size_t elems = ifl_layout_elems(s->layout, s->held, (int32_t)s->d0, (int32_t)s->d1);
+    if (s->held != t->dtype || s->layout != IFL_LAYOUT_ROWS || ((uintptr_t)t->data % es) != 0) {
+        s->in_arena = 1;
+        s->arena_off = *arena;
+        *arena += (elems * es + 63) & ~(size_t)63;
+    }
+    m->weight_bytes += elems * es;
+}
+
+/* One arena of `bytes` for everything converted (none when 0). */
+static int map_arena(ifl_model *m, size_t bytes, ifl_err *err)
+{
+    if (!bytes)
+        return 0;
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return ifl_err_set(err, "cannot allocate %zu bytes for the weights: %s", bytes,
+                           strerror(errno));
+#ifdef MADV_HUGEPAGE
+    madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+    m->arena = p;
+    m->arena_size = bytes;
+    return 0;
+}
+
+/* Fills s's field: converts or repacks into the arena where place_tensor said so. */
+static void fill_tensor(ifl_model *m, const tensor_spec *s)
+{
+    const ifl_st_tensor *t = s->src;
+    void *dst = s->in_arena ? (char *)m->arena + s->arena_off : NULL;
+    if (s->n_dims == 1) {
+        convert_tensor(dst, IFL_DTYPE_F32, t);
+        *s->vec = dst;
+        return;
+    }
+    if (dst && s->layout == IFL_LAYOUT_ROWS) {
+        convert_tensor(dst, s->held, t);
+    } else if (dst) {
+        ifl_mat src = {.dtype = t->dtype,
+                       .layout = IFL_LAYOUT_ROWS,
+                       .rows = (int32_t)s->d0,
+                       .cols = (int32_t)s->d1,
+                       .data = t->data};
+        ifl_mat_repack(dst, s->layout, s->held, &src);
+    }
+    s->mat->dtype = s->held;
+    s->mat->layout = s->layout;
+    /* sgemm reads row-major f32 directly: keep the checkpoint's copy in view when it is one */
+    if (s->layout != IFL_LAYOUT_ROWS && s->held == IFL_DTYPE_F32 && t->dtype == IFL_DTYPE_F32 &&
+        (uintptr_t)t->data % 4 == 0)
+        s->mat->rows_data = t->data;
+    s->mat->rows = (int32_t)s->d0;
+    s->mat->cols = (int32_t)s->d1;
+    s->mat->data = dst ? dst : t->data;
+}
+
 int ifl_model_load(ifl_model *m, const char *dir, const ifl_model_opts *opts, ifl_err *err)
 {
     memset(m, 0, sizeof *m);
     int rc = -1;
     tensor_spec *specs = NULL;
     char path[4096];
-
+    const char *prefix = "";
     m->dir = strdup(dir);
     if (!m->dir) {
         ifl_err_set(err, "out of memory");
         goto out;
     }
-    if (ifl_path_join(path, sizeof path, dir, "config.json")) {
-        ifl_err_set(err, "%s: path too long", dir);
+    if (open_files(m, dir, path, sizeof path, &prefix, err))
         goto out;
-    }
-    if (ifl_config_load(&m->cfg, path, err))
-        goto out;
-    if (ifl_path_join(path, sizeof path, dir, "model.safetensors")) {
-        ifl_err_set(err, "%s: path too long", dir);
-        goto out;
-    }
-    if (ifl_st_open(&m->st, path, err))
-        goto out;
-
-    const char *prefix = "";
-    if (!ifl_st_find(&m->st, "wte.weight")) {
-        if (ifl_st_find(&m->st, "transformer.wte.weight")) {
-            prefix = "transformer.";
-        } else {
-            ifl_err_set(err,
-                        "%s: missing tensor 'wte.weight' (also looked for "
-                        "'transformer.wte.weight'): not a GPT-2 checkpoint",
-                        path);
-            goto out;
-        }
-    }
-    if (check_layer_count(m, prefix, err))
-        goto out;
-
     const ifl_config *c = &m->cfg;
     m->layers = calloc((size_t)c->n_layer, sizeof *m->layers);
     specs = calloc((size_t)c->n_layer * 12 + 8, sizeof *specs);
@@ -169,116 +281,20 @@ int ifl_model_load(ifl_model *m, const char *dir, const ifl_model_opts *opts, if
         goto out;
     }
     int n = build_specs(m, specs);
-
     /* Pass 1: find and check every tensor, decide where each one lives. */
     size_t arena = 0;
-    ifl_dtype first = IFL_DTYPE_F32;
     for (int i = 0; i < n; i++) {
-        tensor_spec *s = &specs[i];
-        const ifl_st_tensor *t = find_prefixed(&m->st, prefix, s->name);
-        if (!t) {
-            ifl_err_set(err, "%s: missing tensor '%s%s' (config.json: n_layer %d)", path,
-                        strcmp(s->name, "lm_head.weight") ? prefix : "", s->name, c->n_layer);
+        if (find_tensor(m, path, prefix, &specs[i], err))
             goto out;
-        }
-        if (!t->known_dtype) {
-            ifl_err_set(err, "%s: tensor '%s' has dtype %s; only F32, F16 and BF16 are supported",
-                        path, t->name, t->dtype_name);
-            goto out;
-        }
-        int64_t want[2] = {s->d0, s->d1};
-        int shape_ok = t->n_dims == s->n_dims && t->shape[0] == s->d0 &&
-                       (s->n_dims == 1 || t->shape[1] == s->d1);
-        /* GPT-2 biases are sometimes stored as (1, N). */
-        if (!shape_ok && s->n_dims == 1 && t->n_dims == 2 && t->shape[0] == 1 &&
-            t->shape[1] == s->d0)
-            shape_ok = 1;
-        if (!shape_ok) {
-            char got[160], exp[160];
-            ifl_st_format_shape(got, sizeof got, t->n_dims, t->shape);
-            ifl_st_format_shape(exp, sizeof exp, s->n_dims, want);
-            ifl_err_set(err,
-                        "%s: tensor '%s' has shape %s but config.json (n_embd %d, n_inner %d, "
-                        "vocab_size %d, n_positions %d) needs %s",
-                        path, t->name, got, c->n_embd, c->n_inner ? c->n_inner : 4 * c->n_embd,
-                        c->n_vocab, c->n_ctx, exp);
-            goto out;
-        }
-        s->src = t;
-        if (s->n_dims == 1) {
-            s->in_arena = 1;
-            s->arena_off = arena;
-            arena += ((size_t)t->numel * 4 + 63) & ~(size_t)63;
-            m->weight_bytes += (size_t)t->numel * 4;
-            continue;
-        }
-        s->held = opts && opts->convert ? opts->dtype : t->dtype;
-        s->layout = IFL_LAYOUT_ROWS;
-        if (opts && opts->cpu_layout) {
-            size_t nl = strlen(s->name);
-            int is_conv1d =
-                !strncmp(s->name, "h.", 2) && nl > 7 && !strcmp(s->name + nl - 7, ".weight");
-            int is_head = !strcmp(s->name, "lm_head.weight") ||
-                          (!strcmp(s->name, "wte.weight") && c->tie_word_embeddings);
-            s->layout = is_head ? IFL_LAYOUT_NK4 : is_conv1d ? IFL_LAYOUT_KN8 : IFL_LAYOUT_ROWS;
-        }
-        if (i == 0)
-            first = s->held;
-        else if (s->held != first)
+        place_tensor(m, opts, &specs[i], &arena);
+        if (specs[i].n_dims == 2 && specs[i].held != specs[0].held)
             m->mixed_dtypes = 1;
-        size_t es = ifl_dtype_size(s->held);
-        size_t elems = ifl_layout_elems(s->layout, s->held, (int32_t)s->d0, (int32_t)s->d1);
-        if (s->held != t->dtype || s->layout != IFL_LAYOUT_ROWS || ((uintptr_t)t->data % es) != 0) {
-            s->in_arena = 1;
-            s->arena_off = arena;
-            arena += (elems * es + 63) & ~(size_t)63;
-        }
-        m->weight_bytes += elems * es;
     }
-
     /* Pass 2: one arena for everything converted, then point every field. */
-    if (arena) {
-        void *p = mmap(NULL, arena, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (p == MAP_FAILED) {
-            ifl_err_set(err, "cannot allocate %zu bytes for the weights: %s", arena,
-                        strerror(errno));
-            goto out;
-        }
-#ifdef MADV_HUGEPAGE
-        madvise(p, arena, MADV_HUGEPAGE);
-#endif
-        m->arena = p;
-        m->arena_size = arena;
-    }
-    for (int i = 0; i < n; i++) {
-        tensor_spec *s = &specs[i];
-        const ifl_st_tensor *t = s->src;
-        void *dst = s->in_arena ? (char *)m->arena + s->arena_off : NULL;
-        if (s->n_dims == 1) {
-            convert_tensor(dst, IFL_DTYPE_F32, t);
-            *s->vec = dst;
-            continue;
-        }
-        if (dst && s->layout == IFL_LAYOUT_ROWS) {
-            convert_tensor(dst, s->held, t);
-        } else if (dst) {
-            ifl_mat src = {.dtype = t->dtype,
-                           .layout = IFL_LAYOUT_ROWS,
-                           .rows = (int32_t)s->d0,
-                           .cols = (int32_t)s->d1,
-                           .data = t->data};
-            ifl_mat_repack(dst, s->layout, s->held, &src);
-        }
-        s->mat->dtype = s->held;
-        s->mat->layout = s->layout;
-        /* sgemm reads row-major f32 directly: keep the checkpoint's copy in view when it is one */
-        if (s->layout != IFL_LAYOUT_ROWS && s->held == IFL_DTYPE_F32 && t->dtype == IFL_DTYPE_F32 &&
-            (uintptr_t)t->data % 4 == 0)
-            s->mat->rows_data = t->data;
-        s->mat->rows = (int32_t)s->d0;
-        s->mat->cols = (int32_t)s->d1;
-        s->mat->data = dst ? dst : t->data;
-    }
+    if (map_arena(m, arena, err))
+        goto out;
+    for (int i = 0; i < n; i++)
+        fill_tensor(m, &specs[i]);
     if (c->tie_word_embeddings)
         m->lm_head = m->wte;
     rc = 0;

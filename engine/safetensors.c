@@ -133,18 +133,13 @@ static int parse_entry(const char *path, const cJSON *item, ifl_st_tensor *t, ui
     return 0;
 }
 
-int ifl_st_open(ifl_safetensors *st, const char *path, ifl_err *err)
+/* Maps the file at path read-only into st. */
+static int map_file(ifl_safetensors *st, const char *path, ifl_err *err)
 {
-    memset(st, 0, sizeof *st);
-    int rc = -1, fd = -1;
-    cJSON *root = NULL;
-    ifl_st_tensor **order = NULL;
-
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        ifl_err_set(err, "%s: cannot open: %s", path, strerror(errno));
-        goto out;
-    }
+    int rc = -1;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return ifl_err_set(err, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) < 0) {
         ifl_err_set(err, "%s: cannot stat: %s", path, strerror(errno));
@@ -166,34 +161,100 @@ int ifl_st_open(ifl_safetensors *st, const char *path, ifl_err *err)
     }
     st->map = map;
     st->map_size = size;
+    rc = 0;
+out:
+    close(fd);
+    return rc;
+}
+
+/* The header's length (the first 8 bytes, little-endian) checked against the file; sets
+ * st->data_offset. */
+static int read_header_length(ifl_safetensors *st, const char *path, uint64_t *hlen, ifl_err *err)
+{
+    const unsigned char *b = st->map;
+    size_t size = st->map_size;
+    *hlen = 0;
+    for (int i = 7; i >= 0; i--)
+        *hlen = (*hlen << 8) | b[i];
+    if (*hlen > size - 8)
+        return ifl_err_set(err,
+                           "%s: header length %llu exceeds the file size %zu: the file is "
+                           "truncated or not a safetensors file",
+                           path, (unsigned long long)*hlen, size);
+    if (*hlen > ST_MAX_HEADER || *hlen < 2)
+        return ifl_err_set(err, "%s: header length %llu is not a plausible safetensors header",
+                           path, (unsigned long long)*hlen);
+    st->data_offset = 8 + (size_t)*hlen;
+    return 0;
+}
+
+/* Every entry of the header but __metadata__, as a tensor; no name twice. */
+static int read_entries(ifl_safetensors *st, const char *path, const cJSON *root, ifl_err *err)
+{
+    uint64_t data_size = st->map_size - st->data_offset;
+    int n = 0;
+    for (const cJSON *it = root->child; it; it = it->next)
+        if (strcmp(it->string, "__metadata__"))
+            n++;
+    st->tensors = calloc((size_t)(n ? n : 1), sizeof *st->tensors);
+    if (!st->tensors)
+        return ifl_err_set(err, "%s: out of memory", path);
+    for (const cJSON *it = root->child; it; it = it->next) {
+        if (!strcmp(it->string, "__metadata__")) {
+            if (!cJSON_IsObject(it))
+                return ifl_err_set(err, "%s: __metadata__ is not an object", path);
+            continue;
+        }
+        for (int i = 0; i < st->n_tensors; i++)
+            if (!strcmp(st->tensors[i].name, it->string))
+                return ifl_err_set(err, "%s: tensor '%s' appears twice in the header", path,
+                                   it->string);
+        ifl_st_tensor *t = &st->tensors[st->n_tensors++];
+        if (parse_entry(path, it, t, data_size, err))
+            return -1;
+        t->data = (const unsigned char *)st->map + st->data_offset + t->begin;
+    }
+    return 0;
+}
+
+/* No two tensors share bytes of the data section. */
+static int check_overlaps(const ifl_safetensors *st, const char *path, ifl_err *err)
+{
+    int rc = 0;
+    ifl_st_tensor **order = calloc((size_t)(st->n_tensors ? st->n_tensors : 1), sizeof *order);
+    if (!order)
+        return ifl_err_set(err, "%s: out of memory", path);
+    for (int i = 0; i < st->n_tensors; i++)
+        order[i] = &st->tensors[i];
+    qsort(order, (size_t)st->n_tensors, sizeof *order, cmp_by_begin);
+    for (int i = 1; i < st->n_tensors && !rc; i++)
+        if (order[i]->begin < order[i - 1]->end)
+            rc = ifl_err_set(err, "%s: tensors '%s' and '%s' overlap in the data section", path,
+                             order[i - 1]->name, order[i]->name);
+    free(order);
+    return rc;
+}
+
+int ifl_st_open(ifl_safetensors *st, const char *path, ifl_err *err)
+{
+    memset(st, 0, sizeof *st);
+    int rc = -1;
+    cJSON *root = NULL;
+    uint64_t hlen;
+    if (map_file(st, path, err))
+        goto out;
     st->path = strdup(path);
     if (!st->path) {
         ifl_err_set(err, "%s: out of memory", path);
         goto out;
     }
-    const unsigned char *b = map;
-    uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--)
-        hlen = (hlen << 8) | b[i];
-    if (hlen > size - 8) {
-        ifl_err_set(err,
-                    "%s: header length %llu exceeds the file size %zu: the file is truncated or "
-                    "not a safetensors file",
-                    path, (unsigned long long)hlen, size);
+    if (read_header_length(st, path, &hlen, err))
         goto out;
-    }
-    if (hlen > ST_MAX_HEADER || hlen < 2) {
-        ifl_err_set(err, "%s: header length %llu is not a plausible safetensors header", path,
-                    (unsigned long long)hlen);
-        goto out;
-    }
-    st->data_offset = 8 + (size_t)hlen;
-    uint64_t data_size = size - st->data_offset;
-
-    root = cJSON_ParseWithLength((const char *)b + 8, (size_t)hlen);
+    const char *header = (const char *)st->map + 8;
+    root = cJSON_ParseWithLength(header, (size_t)hlen);
     if (!root) {
         const char *ep = cJSON_GetErrorPtr();
-        long at = ep ? (long)(ep - (const char *)(b + 8)) : -1;
+        long at = ep ? (long)(ep - header) : -1;
         ifl_err_set(err, "%s: header is not valid JSON (error near header byte %ld)", path, at);
         goto out;
     }
@@ -201,51 +262,11 @@ int ifl_st_open(ifl_safetensors *st, const char *path, ifl_err *err)
         ifl_err_set(err, "%s: header is not a JSON object", path);
         goto out;
     }
-    int n = 0;
-    for (const cJSON *it = root->child; it; it = it->next)
-        if (strcmp(it->string, "__metadata__"))
-            n++;
-    st->tensors = calloc((size_t)(n ? n : 1), sizeof *st->tensors);
-    order = calloc((size_t)(n ? n : 1), sizeof *order);
-    if (!st->tensors || !order) {
-        ifl_err_set(err, "%s: out of memory", path);
+    if (read_entries(st, path, root, err) || check_overlaps(st, path, err))
         goto out;
-    }
-    for (const cJSON *it = root->child; it; it = it->next) {
-        if (!strcmp(it->string, "__metadata__")) {
-            if (!cJSON_IsObject(it)) {
-                ifl_err_set(err, "%s: __metadata__ is not an object", path);
-                goto out;
-            }
-            continue;
-        }
-        for (int i = 0; i < st->n_tensors; i++) {
-            if (!strcmp(st->tensors[i].name, it->string)) {
-                ifl_err_set(err, "%s: tensor '%s' appears twice in the header", path, it->string);
-                goto out;
-            }
-        }
-        ifl_st_tensor *t = &st->tensors[st->n_tensors++];
-        if (parse_entry(path, it, t, data_size, err))
-            goto out;
-        t->data = b + st->data_offset + t->begin;
-    }
-    for (int i = 0; i < st->n_tensors; i++)
-        order[i] = &st->tensors[i];
-    qsort(order, (size_t)st->n_tensors, sizeof *order, cmp_by_begin);
-    for (int i = 1; i < st->n_tensors; i++) {
-        if (order[i]->begin < order[i - 1]->end) {
-            ifl_err_set(err, "%s: tensors '%s' and '%s' overlap in the data section", path,
-                        order[i - 1]->name, order[i]->name);
-            goto out;
-        }
-    }
     rc = 0;
 out:
-    free(order);
     cJSON_Delete(root);
-    if (fd >= 0)
-        close(fd);
     if (rc)
         ifl_st_close(st);
     return rc;

@@ -133,6 +133,101 @@ static size_t pow2_at_least(size_t n)
     return p;
 }
 
+/* First pass over encoder.json / vocab.json: every id exactly once in [0, n), each token's bytes
+ * in GPT-2's alphabet; lens[id] gets the byte length (tmp: scratch of the file's size). */
+static int vocab_lengths(const cJSON *root, int32_t n, const int16_t cp_to_byte[324],
+                         const char *path, uint32_t *lens, unsigned char *tmp, ifl_err *err)
+{
+    for (const cJSON *it = root->child; it; it = it->next) {
+        double d = cJSON_IsNumber(it) ? it->valuedouble : -1;
+        if (d < 0 || d >= n || d != (double)(int32_t)d)
+            return ifl_err_set(err, "%s: token \"%.40s\" has id %s, not an integer in [0, %d)",
+                               path, it->string,
+                               cJSON_IsNumber(it) ? "out of range" : "not a number", n);
+        int32_t id = (int32_t)d;
+        if (lens[id])
+            return ifl_err_set(err, "%s: id %d is used by two tokens", path, id);
+        long bl = alphabet_to_bytes(cp_to_byte, it->string, strlen(it->string), tmp);
+        if (bl <= 0)
+            return ifl_err_set(err,
+                               "%s: token \"%.40s\" (id %d) has a character outside GPT-2's byte "
+                               "alphabet",
+                               path, it->string, id);
+        lens[id] = (uint32_t)bl;
+    }
+    return 0;
+}
+
+/* Second pass: every token's bytes back to back in t->bytes, at t->offs[id]. */
+static int vocab_bytes(ifl_tokenizer *t, const cJSON *root, const int16_t cp_to_byte[324],
+                       const char *path, size_t text_len, ifl_err *err)
+{
+    int32_t n = t->n_vocab;
+    int rc = -1;
+    t->offs = calloc((size_t)n + 1, sizeof *t->offs);
+    uint32_t *lens = calloc((size_t)n, sizeof *lens);
+    unsigned char *tmp = malloc(text_len + 1);
+    if (!t->offs || !lens || !tmp) {
+        ifl_err_set(err, "out of memory");
+        goto out;
+    }
+    if (vocab_lengths(root, n, cp_to_byte, path, lens, tmp, err))
+        goto out;
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        t->offs[i] = (uint32_t)total;
+        total += lens[i];
+    }
+    t->offs[n] = (uint32_t)total;
+    t->bytes = malloc(total ? total : 1);
+    if (!t->bytes) {
+        ifl_err_set(err, "out of memory");
+        goto out;
+    }
+    for (const cJSON *it = root->child; it; it = it->next) {
+        int32_t id = (int32_t)it->valuedouble;
+        long bl = alphabet_to_bytes(cp_to_byte, it->string, strlen(it->string), tmp);
+        memcpy(t->bytes + t->offs[id], tmp, (size_t)bl);
+    }
+    rc = 0;
+out:
+    free(lens);
+    free(tmp);
+    return rc;
+}
+
+/* The index by bytes (open addressing), the 256 single-byte tokens, <|endoftext|>. */
+static int vocab_index(ifl_tokenizer *t, const char *path, ifl_err *err)
+{
+    int32_t n = t->n_vocab;
+    size_t cap = pow2_at_least((size_t)n * 2);
+    t->vocab_slots = malloc(cap * sizeof *t->vocab_slots);
+    if (!t->vocab_slots)
+        return ifl_err_set(err, "out of memory");
+    memset(t->vocab_slots, 0xff, cap * sizeof *t->vocab_slots);
+    t->vocab_mask = cap - 1;
+    for (int32_t id = 0; id < n; id++) {
+        const unsigned char *p = (const unsigned char *)t->bytes + t->offs[id];
+        size_t bl = t->offs[id + 1] - t->offs[id];
+        if (vocab_find(t, p, bl) >= 0)
+            return ifl_err_set(err, "%s: two tokens have the same bytes (id %d and another)", path,
+                               id);
+        size_t i = hash_bytes(p, bl) & t->vocab_mask;
+        while (t->vocab_slots[i] >= 0)
+            i = (i + 1) & t->vocab_mask;
+        t->vocab_slots[i] = id;
+    }
+    for (int b = 0; b < 256; b++) {
+        unsigned char c = (unsigned char)b;
+        t->byte_id[b] = vocab_find(t, &c, 1);
+        if (t->byte_id[b] < 0)
+            return ifl_err_set(err, "%s: no token for byte 0x%02x: not a byte-level BPE vocabulary",
+                               path, b);
+    }
+    t->eot = vocab_find(t, (const unsigned char *)"<|endoftext|>", 13);
+    return 0;
+}
+
 static int load_vocab(ifl_tokenizer *t, const char *path, const int16_t cp_to_byte[324],
                       ifl_err *err)
 {
@@ -153,94 +248,8 @@ static int load_vocab(ifl_tokenizer *t, const char *path, const int16_t cp_to_by
         goto out;
     }
     t->n_vocab = n;
-    /* First pass: sizes by id, checking ids are exactly 0..n-1. */
-    t->offs = calloc((size_t)n + 1, sizeof *t->offs);
-    uint32_t *lens = calloc((size_t)n, sizeof *lens);
-    unsigned char *tmp = malloc(len + 1);
-    if (!t->offs || !lens || !tmp) {
-        free(lens);
-        free(tmp);
-        ifl_err_set(err, "out of memory");
+    if (vocab_bytes(t, root, cp_to_byte, path, len, err) || vocab_index(t, path, err))
         goto out;
-    }
-    for (const cJSON *it = root->child; it; it = it->next) {
-        double d = cJSON_IsNumber(it) ? it->valuedouble : -1;
-        if (d < 0 || d >= n || d != (double)(int32_t)d) {
-            ifl_err_set(err, "%s: token \"%.40s\" has id %s, not an integer in [0, %d)", path,
-                        it->string, cJSON_IsNumber(it) ? "out of range" : "not a number", n);
-            free(lens);
-            free(tmp);
-            goto out;
-        }
-        int32_t id = (int32_t)d;
-        if (lens[id]) {
-            ifl_err_set(err, "%s: id %d is used by two tokens", path, id);
-            free(lens);
-            free(tmp);
-            goto out;
-        }
-        long bl = alphabet_to_bytes(cp_to_byte, it->string, strlen(it->string), tmp);
-        if (bl <= 0) {
-            ifl_err_set(err,
-                        "%s: token \"%.40s\" (id %d) has a character outside GPT-2's byte "
-                        "alphabet",
-                        path, it->string, id);
-            free(lens);
-            free(tmp);
-            goto out;
-        }
-        lens[id] = (uint32_t)bl;
-    }
-    size_t total = 0;
-    for (int i = 0; i < n; i++) {
-        t->offs[i] = (uint32_t)total;
-        total += lens[i];
-    }
-    t->offs[n] = (uint32_t)total;
-    free(lens);
-    t->bytes = malloc(total ? total : 1);
-    if (!t->bytes) {
-        free(tmp);
-        ifl_err_set(err, "out of memory");
-        goto out;
-    }
-    for (const cJSON *it = root->child; it; it = it->next) {
-        int32_t id = (int32_t)it->valuedouble;
-        long bl = alphabet_to_bytes(cp_to_byte, it->string, strlen(it->string), tmp);
-        memcpy(t->bytes + t->offs[id], tmp, (size_t)bl);
-    }
-    free(tmp);
-    /* Index by bytes. */
-    size_t cap = pow2_at_least((size_t)n * 2);
-    t->vocab_slots = malloc(cap * sizeof *t->vocab_slots);
-    if (!t->vocab_slots) {
-        ifl_err_set(err, "out of memory");
-        goto out;
-    }
-    memset(t->vocab_slots, 0xff, cap * sizeof *t->vocab_slots);
-    t->vocab_mask = cap - 1;
-    for (int32_t id = 0; id < n; id++) {
-        const unsigned char *p = (const unsigned char *)t->bytes + t->offs[id];
-        size_t bl = t->offs[id + 1] - t->offs[id];
-        if (vocab_find(t, p, bl) >= 0) {
-            ifl_err_set(err, "%s: two tokens have the same bytes (id %d and another)", path, id);
-            goto out;
-        }
-        size_t i = hash_bytes(p, bl) & t->vocab_mask;
-        while (t->vocab_slots[i] >= 0)
-            i = (i + 1) & t->vocab_mask;
-        t->vocab_slots[i] = id;
-    }
-    for (int b = 0; b < 256; b++) {
-        unsigned char c = (unsigned char)b;
-        t->byte_id[b] = vocab_find(t, &c, 1);
-        if (t->byte_id[b] < 0) {
-            ifl_err_set(err, "%s: no token for byte 0x%02x: not a byte-level BPE vocabulary", path,
-                        b);
-            goto out;
-        }
-    }
-    t->eot = vocab_find(t, (const unsigned char *)"<|endoftext|>", 13);
     rc = 0;
 out:
     cJSON_Delete(root);
