@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "codes.h"
+#include "doc_json.h"
 #include "db.h"
 #include "history.h"
 #include "protocol.h"
@@ -26,56 +27,6 @@
 #include "sha256.h"
 #include "testutil.h"
 #include "util.h"
-
-/* ---- comparing JSON ------------------------------------------------------------------------- */
-
-static int is_placeholder(const cJSON *v)
-{
-    return cJSON_IsString(v) && !strcmp(v->valuestring, "...");
-}
-
-/* Same type, same fields in the same order, same values (a "..." in `want` matches any string).
- * On a difference writes its path into `where`. */
-static int same_json(const cJSON *want, const cJSON *got, char *where, size_t cap)
-{
-    if ((want->type & 0xff) != (got->type & 0xff)) {
-        snprintf(where, cap, "type differs");
-        return 0;
-    }
-    if (cJSON_IsObject(want) || cJSON_IsArray(want)) {
-        const cJSON *a = want->child, *b = got->child;
-        int i = 0;
-        for (; a && b; a = a->next, b = b->next, i++) {
-            if (cJSON_IsObject(want) && strcmp(a->string, b->string)) {
-                snprintf(where, cap, "field %d is '%s', expected '%s'", i, b->string, a->string);
-                return 0;
-            }
-            char inner[400];
-            if (!same_json(a, b, inner, sizeof inner)) {
-                if (cJSON_IsObject(want))
-                    snprintf(where, cap, ".%s: %s", a->string, inner);
-                else
-                    snprintf(where, cap, "[%d]: %s", i, inner);
-                return 0;
-            }
-        }
-        if (a || b) {
-            snprintf(where, cap, "%s", a ? "a field or element is missing" : "one too many");
-            return 0;
-        }
-        return 1;
-    }
-    if (is_placeholder(want))
-        return 1;
-    if (!cJSON_Compare(want, got, 1)) {
-        char *w = cJSON_PrintUnformatted(want), *g = cJSON_PrintUnformatted(got);
-        snprintf(where, cap, "%s, expected %s", g ? g : "?", w ? w : "?");
-        cJSON_free(w);
-        cJSON_free(g);
-        return 0;
-    }
-    return 1;
-}
 
 static int n_checked[32]; /* by example kind (see kinds[]) */
 static const char *const kinds[] = {
@@ -553,90 +504,7 @@ static void check_history(const cJSON *list_ex, const cJSON *one_ex, const cJSON
     test_rmdir(dir);
 }
 
-/* ---- the document --------------------------------------------------------------------------- */
-
-typedef struct {
-    char *text; /* the JSON text as written (NUL-terminated) */
-    cJSON *json;
-    int line;
-} example;
-
-static example ex[256];
-static int n_ex;
-
-/* Every JSON value in text[0..n): a code block may hold several, one after the other. */
-static void take_values(const char *text, size_t n, int line)
-{
-    size_t at = 0;
-    while (at < n) {
-        while (at < n && (text[at] == ' ' || text[at] == '\n' || text[at] == '\t'))
-            at++;
-        if (at >= n)
-            break;
-        const char *end = NULL;
-        cJSON *v = cJSON_ParseWithLengthOpts(text + at, n - at, &end, 0);
-        CHECKF(v && end, "docs line %d: an example that is not JSON: %.60s", line, text + at);
-        if (!v || !end || n_ex == 256) {
-            cJSON_Delete(v);
-            return;
-        }
-        size_t len = (size_t)(end - (text + at));
-        ex[n_ex].text = test_xmalloc(len + 1);
-        memcpy(ex[n_ex].text, text + at, len);
-        ex[n_ex].text[len] = 0;
-        ex[n_ex].json = v;
-        ex[n_ex].line = line;
-        n_ex++;
-        at += len;
-    }
-}
-
-/* The ```json blocks, and `{...}` spans of the prose; the names of the error table's codes. */
-static void read_doc(char *doc, char codes[][32], int *n_codes)
-{
-    int line = 1, in_errors = 0;
-    for (char *p = doc; *p;) {
-        char *eol = strchr(p, '\n');
-        size_t ll = eol ? (size_t)(eol - p) : strlen(p);
-        if (!strncmp(p, "```json", 7)) {
-            char *body = eol ? eol + 1 : p + ll, *close = strstr(body, "\n```");
-            int start = line + 1;
-            if (!close)
-                break;
-            take_values(body, (size_t)(close - body), start);
-            for (char *q = p; q < close + 1; q++)
-                line += *q == '\n';
-            p = close + 4;
-            p = strchr(p, '\n') ? strchr(p, '\n') + 1 : p + strlen(p);
-            line++;
-            continue;
-        }
-        if (!strncmp(p, "### ", 4))
-            in_errors = !strncmp(p, "### error", 9);
-        if (in_errors && !strncmp(p, "| `", 3) && *n_codes < 64) {
-            char *q = p + 3, *e = memchr(q, '`', ll - 3);
-            if (e && e - q < 32) {
-                memcpy(codes[*n_codes], q, (size_t)(e - q));
-                codes[(*n_codes)++][e - q] = 0;
-            }
-        }
-        for (char *q = p; q < p + ll; q++) {
-            if (q[0] != '`' || q[1] != '{')
-                continue;
-            char *e = memchr(q + 1, '`', (size_t)(p + ll - q - 1));
-            if (!e)
-                break;
-            take_values(q + 1, (size_t)(e - q - 1), line);
-            q = e;
-        }
-        if (!eol)
-            break;
-        p = eol + 1;
-        line++;
-    }
-}
-
-static void check_codes(char codes[][32], int n)
+static void check_codes(const char codes[][32], int n)
 {
     for (int i = 0; i < n; i++) {
         ifl_code c;
@@ -668,21 +536,21 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }
-    char codes[64][32];
-    int n_codes = 0;
-    read_doc(doc, codes, &n_codes);
-    printf("%d JSON examples in %s\n", n_ex, argv[1]);
-    check_codes(codes, n_codes);
+    static doc_json d;
+    doc_json_read(&d, doc);
+    printf("%d JSON examples in %s\n", d.n_ex, argv[1]);
+    check_codes(d.codes, d.n_codes);
     const cJSON *list_ex = NULL, *one_ex = NULL, *err_ex = NULL;
     static const char *const client[] = {"generate", "cancel", "subscribe", "unsubscribe", "ping"};
-    for (int i = 0; i < n_ex; i++) {
-        const cJSON *e = ex[i].json;
+    for (int i = 0; i < d.n_ex; i++) {
+        const doc_example *x = &d.ex[i];
+        const cJSON *e = x->json;
         const char *type = str(e, "type");
         int is_client = 0;
         for (int k = 0; type && k < 5; k++)
             is_client |= !strcmp(type, client[k]);
         if (is_client)
-            check_client_message(ex[i].text, strlen(ex[i].text), e, type);
+            check_client_message(x->text, strlen(x->text), e, type);
         else if (type)
             check_server_frame(e, type);
         else if (obj(e, "scope"))
@@ -695,7 +563,7 @@ int main(int argc, char **argv)
             CHECKF(0,
                    "docs line %d: an example that is neither a frame, a message nor a history "
                    "answer: %.60s",
-                   ex[i].line, ex[i].text);
+                   x->line, x->text);
     }
     check_history(list_ex, one_ex, err_ex);
     for (int k = 0; k < N_KINDS; k++)
@@ -703,10 +571,7 @@ int main(int argc, char **argv)
                "no example of \"%s\" was checked: the document lacks one, or it "
                "differs from the code",
                kinds[k]);
-    for (int i = 0; i < n_ex; i++) {
-        free(ex[i].text);
-        cJSON_Delete(ex[i].json);
-    }
+    doc_json_free(&d);
     free(doc);
     return test_finish("test_frames");
 }
