@@ -16,6 +16,10 @@ trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; [ -f "$tmp/server.err" ] && tail -20 "$tmp/server.err" >&2; exit 1; }
 
 "$bin" make-model --out "$tmp/model" --seed 5 --vocab "$vocab" >/dev/null
+# made before the server starts: the background job opens its redirections only once it runs,
+# and the loop below may read them first
+: >"$tmp/server.out"
+: >"$tmp/server.err"
 "$bin" serve --model "$tmp/model" --port 0 --db "$tmp/log.db" --history all \
   >"$tmp/server.out" 2>"$tmp/server.err" &
 server_pid=$!
