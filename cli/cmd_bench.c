@@ -230,6 +230,27 @@ static void memory_floor(const ifl_runtime *rt, double *gbs, double *wbytes, dou
     }
 }
 
+/* Floating-point operations of one step over B sequences of T new tokens each at mean context ctx:
+ * 2 per weight of the layers' products per token, 4 per (token, position) per layer and width in
+ * attention (scores and values), and the lm_head for each sequence's last token. */
+static double step_flops(const ifl_config *mc, double B, double T, double ctx)
+{
+    double C = mc->n_embd, F = ifl_config_n_inner(mc), L = mc->n_layer;
+    return B * (T * (2 * L * (4 * C * C + 2 * C * F) + 4 * L * C * ctx) + 2 * C * mc->n_vocab);
+}
+
+/* The CPU's multiply-add peak on the backends' pool now ("FMA peak"), printed; 0 on the GPU. */
+static double compute_peak(const ifl_runtime *rt)
+{
+    if (rt->device == IFL_DEVICE_CUDA || !rt->pool)
+        return 0;
+    double peak = ifl_fma_peak_gflops(rt->pool, NULL, 5);
+    printf("  FMA peak now: %.1f GFLOP/s (isa %s, %d thread%s)\n", peak,
+           ifl_isa_name(ifl_isa_current()), ifl_threadpool_size(rt->pool),
+           ifl_threadpool_size(rt->pool) == 1 ? "" : "s");
+    return peak;
+}
+
 /* The measurements of bench --engine, on a started engine (one backend). */
 static int bench_engine_run(const ifl_runtime *rt, const char *dir, const int32_t *batches,
                             int n_batches, int32_t steps, int32_t prefill, int32_t repeat)
@@ -241,6 +262,7 @@ static int bench_engine_run(const ifl_runtime *rt, const char *dir, const int32_
            mc->n_layer, mc->n_head, mc->n_embd, mc->n_vocab, rt->desc);
     double gbs, wbytes, kv_per_tok;
     memory_floor(rt, &gbs, &wbytes, &kv_per_tok);
+    double peak = compute_peak(rt);
     for (int i = 0; i < n_batches; i++) {
         int32_t B = batches[i];
         int32_t st = steps ? steps : (B == 1 ? 64 : 32);
@@ -252,10 +274,12 @@ static int bench_engine_run(const ifl_runtime *rt, const char *dir, const int32_
         /* mean context over the timed steps: prompt + warm-up + half the steps */
         double ctx = BENCH_PROMPT + 2 + st / 2.0;
         double floor_ms = gbs > 0 ? (wbytes + B * ctx * kv_per_tok) / (gbs * 1e9) * 1e3 : 0;
+        double gf = step_flops(mc, B, 1, ctx) / sps / 1e9;
         printf("  decode  batch %4d: %8.2f ms/step  %8.1f tok/s  (%d steps; memory floor %.2f ms, "
-               "%.0f%% of it)\n",
+               "%.0f%% of it; %.1f GFLOP/s, %.0f%% of the FMA peak)\n",
                B, sps * 1e3, B / sps, st, floor_ms,
-               floor_ms > 0 ? 100.0 * floor_ms / (sps * 1e3) : 0);
+               floor_ms > 0 ? 100.0 * floor_ms / (sps * 1e3) : 0, gf,
+               peak > 0 ? 100.0 * gf / peak : 0);
         fflush(stdout);
     }
     if (prefill > 0) {
@@ -264,8 +288,11 @@ static int bench_engine_run(const ifl_runtime *rt, const char *dir, const int32_
             fprintf(stderr, "inflight bench: prefill: %s\n", err.msg);
             return 1;
         }
-        printf("  prefill %4d tokens: %8.3f s        %8.1f tok/s  (median of %d, chunks of %d)\n",
-               prefill, med, prefill / med, repeat, be->params.max_tokens);
+        double gf = step_flops(mc, 1, prefill, prefill / 2.0) / med / 1e9;
+        printf("  prefill %4d tokens: %8.3f s        %8.1f tok/s  (median of %d, chunks of %d; "
+               "%.1f GFLOP/s, %.0f%% of the FMA peak)\n",
+               prefill, med, prefill / med, repeat, be->params.max_tokens, gf,
+               peak > 0 ? 100.0 * gf / peak : 0);
     }
     return 0;
 }

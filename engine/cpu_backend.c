@@ -26,6 +26,7 @@
 
 #include "backend.h"
 #include "cpu_kernels.h"
+#include "cpu_kernels_isa.h"
 #include "defaults.h"
 #include "threadpool.h"
 #include "util.h"
@@ -39,6 +40,7 @@ typedef struct {
     ifl_backend base;
     ifl_threadpool *tp;
     int nth;
+    const ifl_cpu_kernels *k; /* the kernel family, the process's when this backend was made */
     int32_t L, H, D, C, F, V, P, BS;
     ifl_layer *layers; /* (L) the model's layers, matrices in panel layouts */
     ifl_mat lm_head;   /* (V, C) in IFL_LAYOUT_NK4 */
@@ -104,8 +106,8 @@ static void task_layernorm(void *ctx, int ith, int nth)
     float eps = (float)be->base.model->cfg.ln_eps;
     for (int32_t r = ith; r < be->n_rows; r += nth) {
         int32_t src = be->ln_rows ? be->ln_rows[r] : r;
-        ifl_layernorm(be->ln_out + (size_t)r * be->C, be->ln_in + (size_t)src * be->C, be->ln_w,
-                      be->ln_b, be->C, eps);
+        be->k->layernorm(be->ln_out + (size_t)r * be->C, be->ln_in + (size_t)src * be->C,
+                         be->ln_w, be->ln_b, be->C, eps);
     }
 }
 
@@ -176,33 +178,15 @@ static void task_attention(void *ctx, int ith, int nth)
         const float *q = be->qkv + (size_t)t * 3 * C + (size_t)h * D;
         const int32_t *table = b->block_tables[s];
         int32_t nblk = (n + BS - 1) / BS;
-        for (int32_t j = 0; j < nblk; j++) {
-            const float *kt = kv_k(be, table[j], be->layer, h);
-            float *o = sc + (size_t)j * BS;
-            for (int32_t sl = 0; sl < BS; sl++)
-                o[sl] = 0;
-            for (int32_t d = 0; d < D; d++) {
-                float qd = q[d];
-                const float *kr = kt + (size_t)d * BS;
-                for (int32_t sl = 0; sl < BS; sl++)
-                    o[sl] += qd * kr[sl];
-            }
-        }
-        for (int32_t i = 0; i < n; i++)
-            sc[i] *= scale;
-        ifl_softmax(sc, n);
+        for (int32_t j = 0; j < nblk; j++)
+            be->k->attn_scores(sc + (size_t)j * BS, q, kv_k(be, table[j], be->layer, h), D, BS);
+        be->k->scale(sc, scale, (size_t)n);
+        ifl_softmax_k(be->k, sc, n);
         float *out = be->att + (size_t)t * C + (size_t)h * D;
-        for (int32_t d = 0; d < D; d++)
-            out[d] = 0;
+        memset(out, 0, (size_t)D * sizeof *out);
         for (int32_t j = 0; j < nblk; j++) {
-            const float *vb = kv_v(be, table[j], be->layer, h);
             int32_t cnt = n - j * BS < BS ? n - j * BS : BS;
-            for (int32_t sl = 0; sl < cnt; sl++) {
-                float p = sc[j * BS + sl];
-                const float *vr = vb + (size_t)sl * D;
-                for (int32_t d = 0; d < D; d++)
-                    out[d] += p * vr[d];
-            }
+            be->k->attn_values(out, sc + (size_t)j * BS, kv_v(be, table[j], be->layer, h), cnt, D);
         }
     }
 }
@@ -242,6 +226,8 @@ static void run_matmul(cpu_backend *be, float *y, const float *x, int32_t M, con
         .max_n = be->mm_max_n,
         .max_m = be->mm_max_m,
         .gemv_max_rows = be->gemv_rows[W->dtype],
+        .blas = be->base.params.sgemm_above > 0,
+        .k = be->k,
     };
     if (ifl_matmul_plan(&be->mm)) /* adopt_weights guarantees the layouts */
         abort();
@@ -335,25 +321,24 @@ static void cpu_free(ifl_backend *base)
     free(be);
 }
 
-/* Which path the matrix products take, into buf. */
-static void sgemm_desc(const cpu_backend *be, char *buf, size_t cap)
+/* Which kernels the step runs, into buf. */
+static void kernels_desc(const cpu_backend *be, char *buf, size_t cap)
 {
+    int n = snprintf(buf, cap, "isa %s (%s", ifl_isa_name(be->k->isa), ifl_cpu_kernels_desc(be->k));
 #ifdef INFLIGHT_HAVE_BLAS
-    if (be->gemv_rows[0] >= (1 << 30))
-        snprintf(buf, cap, "own AVX-512 kernels at every size");
-    else
-        snprintf(buf, cap, "OpenBLAS sgemm above %d rows", be->gemv_rows[0]);
-#else
-    (void)be;
-    snprintf(buf, cap, "own kernels (no BLAS)");
+    if (be->base.params.sgemm_above > 0 && n > 0 && (size_t)n < cap)
+        n += snprintf(buf + n, cap - (size_t)n, ", OpenBLAS sgemm above %d rows",
+                      be->base.params.sgemm_above);
 #endif
+    if (n > 0 && (size_t)n < cap)
+        snprintf(buf + n, cap - (size_t)n, ")");
 }
 
 static void cpu_describe(const ifl_backend *base, char *buf, int cap)
 {
     const cpu_backend *be = (const cpu_backend *)base;
-    char mm[64];
-    sgemm_desc(be, mm, sizeof mm);
+    char mm[128];
+    kernels_desc(be, mm, sizeof mm);
     snprintf(buf, (size_t)cap,
              "cpu: %d thread%s, %s, weights %s, KV pool %d blocks x %d tokens (%.0f MiB)", be->nth,
              be->nth == 1 ? "" : "s", mm, ifl_model_dtype_name(base->model), base->params.kv_blocks,
@@ -448,9 +433,14 @@ ifl_backend *ifl_cpu_backend_new(const ifl_model *m, const ifl_backend_params *p
                                  : ifl_n_cores();
     const char *prof = getenv("IFL_PROFILE");
     be->profile = prof && *prof && strcmp(prof, "0");
+    be->k = ifl_cpu_kernels_get(ifl_isa_current());
+    if (!be->k) {
+        ifl_err_set(err, "the %s kernels are not in this build", ifl_isa_name(ifl_isa_current()));
+        goto fail;
+    }
     for (int d = 0; d < 3; d++)
-        be->gemv_rows[d] =
-            p->sgemm_above > 0 ? p->sgemm_above : ifl_matmul_default_gemv_rows((ifl_dtype)d);
+        be->gemv_rows[d] = p->sgemm_above > 0 ? p->sgemm_above
+                                              : ifl_matmul_default_gemv_rows(be->k, (ifl_dtype)d);
 
 #ifdef INFLIGHT_HAVE_BLAS
     openblas_set_num_threads(1); /* our pool provides the parallelism */
@@ -475,6 +465,8 @@ ifl_backend *ifl_cpu_backend_new(const ifl_model *m, const ifl_backend_params *p
         be->mm_max_m = be->gemv_rows[d] > be->mm_max_m ? be->gemv_rows[d] : be->mm_max_m;
     if (be->mm_max_m > p->max_tokens)
         be->mm_max_m = p->max_tokens;
+    if (be->mm_max_m < p->max_seqs) /* the lm_head's dot products take every sequence's row */
+        be->mm_max_m = p->max_seqs;
     be->mm_floats = ifl_matmul_scratch_floats(be->mm_max_k, be->mm_max_n, be->mm_max_m);
     size_t n_scores = (size_t)be->nth * ((size_t)be->P + (size_t)be->BS);
     size_t floats[] = {T * C,

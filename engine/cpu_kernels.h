@@ -1,18 +1,28 @@
 /* cpu_kernels.h: the CPU backend's compute kernels: matrix products over f32/f16/bf16 weights,
- * LayerNorm, GELU, softmax, and a memory-bandwidth probe.
+ * LayerNorm, GELU, softmax, attention over KV blocks, and the memory-bandwidth and FMA probes.
  *
- * Every kernel that takes (ith, nth) computes only its own share, so the backend can hand it to the
- * thread pool; the others are small enough to run on one thread. Matrix products stream weights
- * stored in 64-byte panels (tensor.h) once per call, whatever the number of rows (AVX-512 where
- * available); OpenBLAS sgemm takes the larger products in builds without AVX-512 (see
- * ifl_matmul_default_gemv_rows). Not thread-safe beyond that: scratch is per thread. */
+ * Each comes in one family per instruction set (cpu_isa.h: scalar, avx2, avx512), all in one
+ * binary; a call uses the family it is given (ifl_cpu_kernels_get) or, where it takes none, the
+ * process's (ifl_isa_current). Every kernel that takes (ith, nth) computes only its own share, so
+ * the backend can hand it to the thread pool; the others are small enough to run on one thread.
+ * Matrix products of few rows stream weights stored in 64-byte panels (tensor.h) once per call;
+ * larger ones use a family's register-blocked product where it has one (avx2), the panel kernels
+ * otherwise (avx512: they win at every size), or OpenBLAS sgemm when asked (--sgemm-above). Not
+ * thread-safe beyond that: scratch is per thread. */
 #ifndef IFL_CPU_KERNELS_H
 #define IFL_CPU_KERNELS_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cpu_isa.h"
 #include "tensor.h"
+
+/* One family's kernels (cpu_kernels_isa.h); NULL where this binary lacks the family. */
+struct ifl_cpu_kernels;
+const struct ifl_cpu_kernels *ifl_cpu_kernels_get(ifl_isa isa);
+/* What the family runs, e.g. "AVX2+FMA+F16C kernels, register-blocked above 4 rows". */
+const char *ifl_cpu_kernels_desc(const struct ifl_cpu_kernels *k);
 
 typedef enum {
     IFL_ACT_NONE = 0,
@@ -22,7 +32,8 @@ typedef enum {
 
 /* y (M, N) = [y +] x (M, K) @ op(W) + bias, then act. W is (K, N) when !w_is_nk (Conv1D weights)
  * or (N, K) when w_is_nk (the embedding used as lm_head: y = x @ W^T). Streaming calls (M up to
- * gemv_max_rows) need W in IFL_LAYOUT_KN8 (or NK4 when w_is_nk); sgemm calls take any layout.
+ * gemv_max_rows) need W in IFL_LAYOUT_KN8 (or NK4 when w_is_nk); larger ones (the family's
+ * register-blocked product, or sgemm when blas is set) take any layout.
  * Use: fill the fields, ifl_matmul_plan(), run ifl_matmul_thread on every thread, then, if
  * ifl_matmul_needs_finish(), ifl_matmul_finish_thread on every thread. accumulate and act are not
  * combined (the forward pass never needs both). */
@@ -38,8 +49,12 @@ typedef struct {
     float *scratch;              /* per-thread scratch, scratch_floats each (64-byte aligned) */
     size_t scratch_floats;       /* from ifl_matmul_scratch_floats(max_k, max_n, max_m) */
     int32_t max_k, max_n, max_m; /* the limits the scratch was sized for */
-    int32_t gemv_max_rows;       /* streaming kernels up to this many rows, sgemm above */
-    int mode;                    /* set by ifl_matmul_plan */
+    int32_t gemv_max_rows;       /* streaming kernels up to this many rows; above: the family's
+                                    register-blocked product, else OpenBLAS (blas), else still
+                                    the streaming kernels */
+    int blas;                    /* 1: above gemv_max_rows use OpenBLAS sgemm (where built) */
+    const struct ifl_cpu_kernels *k; /* the family; NULL: ifl_isa_current()'s */
+    int mode;                        /* set by ifl_matmul_plan */
 } ifl_matmul_args;
 
 /* Floats of per-thread scratch (64-byte aligned) for K <= max_k, N <= max_n (of (K, N) weights)
@@ -50,8 +65,9 @@ int ifl_matmul_plan(ifl_matmul_args *a);
 void ifl_matmul_thread(const ifl_matmul_args *a, int ith, int nth);
 int ifl_matmul_needs_finish(const ifl_matmul_args *a);
 void ifl_matmul_finish_thread(const ifl_matmul_args *a, int ith, int nth);
-/* Rows at or below which the streaming kernels beat sgemm for this dtype (no BLAS: always). */
-int32_t ifl_matmul_default_gemv_rows(ifl_dtype dt);
+/* Rows at or below which family k's streaming kernels beat its larger-product path for this
+ * dtype (1 << 30: the streaming kernels at every size). */
+int32_t ifl_matmul_default_gemv_rows(const struct ifl_cpu_kernels *k, ifl_dtype dt);
 
 /* Streaming read bandwidth of this machine right now, in GB/s: the best of `reps` passes over a
  * fresh `bytes`-sized buffer split across the pool's threads (the access pattern of the decode
@@ -59,6 +75,11 @@ int32_t ifl_matmul_default_gemv_rows(ifl_dtype dt);
  * floor; returns 0 if the buffer cannot be allocated. */
 struct ifl_threadpool;
 double ifl_memory_read_gbs(struct ifl_threadpool *tp, size_t bytes, int reps);
+/* Peak multiply-add rate of family k on the pool's threads, in GFLOP/s (2 per lane per FMA): the
+ * best of `reps` runs of independent FMA chains on registers, for judging compute-bound figures. */
+double ifl_fma_peak_gflops(struct ifl_threadpool *tp, const struct ifl_cpu_kernels *k, int reps);
+
+/* The functions below without a family argument use ifl_isa_current()'s. */
 
 /* out (C) = LayerNorm(x (C)) * w + b. */
 void ifl_layernorm(float *out, const float *x, const float *w, const float *b, int32_t C,
@@ -70,8 +91,12 @@ void ifl_gelu_erf(float *x, size_t n);
 
 /* x (n) = softmax(x); returns nothing. */
 void ifl_softmax(float *x, int32_t n);
+void ifl_softmax_k(const struct ifl_cpu_kernels *k, float *x, int32_t n);
 
 /* e^x for n values (max relative error ~2e-7). */
 void ifl_exp(float *y, const float *x, size_t n);
+
+/* Largest of n values (-inf for none). */
+float ifl_max(const float *x, size_t n);
 
 #endif

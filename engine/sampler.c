@@ -97,12 +97,12 @@ int32_t ifl_sample(ifl_sampler *s, const float *logits, const ifl_sampling *p, i
 int32_t ifl_sample_u(ifl_sampler *s, const float *logits, const ifl_sampling *p, double u)
 {
     int32_t V = s->n_vocab;
-    if (ifl_sampling_is_greedy(p)) {
-        int32_t best = 0;
-        for (int32_t i = 1; i < V; i++)
-            if (logits[i] > logits[best])
-                best = i;
-        return best;
+    if (ifl_sampling_is_greedy(p)) { /* the first of the largest (NaNs never win) */
+        float mx = ifl_max(logits, (size_t)V);
+        for (int32_t i = 0; i < V; i++)
+            if (logits[i] == mx)
+                return i;
+        return 0;
     }
     ifl_sample_cand *c = s->cand;
     float inv_t = 1.0f / p->temperature;
@@ -126,9 +126,7 @@ int32_t ifl_sample_u(ifl_sampler *s, const float *logits, const ifl_sampling *p,
             total += c[i].p;
         }
     } else {
-        float mx = -INFINITY;
-        for (int32_t i = 0; i < V; i++)
-            mx = fmaxf(mx, logits[i]);
+        float mx = ifl_max(logits, (size_t)V);
         for (int32_t i = 0; i < V; i++)
             s->tmp[i] = (logits[i] - mx) * inv_t;
         ifl_exp(s->tmp, s->tmp, (size_t)V);

@@ -3,18 +3,23 @@
 #   1. the Release build and the whole CTest suite;
 #   2. an ASan/UBSan build and the suite again (except the benchmarks-sized tests);
 #   3. ThreadSanitizer over the FIFO, the batcher, the thread pool and kernels, and the server under
-#      load
-#      (built without OpenBLAS, which is not instrumented);
-#   4. valgrind memcheck over the model-loading, tokenizer and forward-pass tests.
+#      load (built without OpenBLAS, which is not instrumented; the kernel tests' vector families,
+#      whose threading is the scalar one's);
+#   4. valgrind memcheck over the model-loading, tokenizer and forward-pass tests (the scalar and
+#      avx2 kernel families: valgrind cannot run AVX-512 code).
+# The kernel tests (test_matmul, test_golden, test_batched, test_sampler) run once per CPU kernel
+# family (NAME_scalar, NAME_avx2, NAME_avx512); a family this CPU lacks is reported skipped.
 # Stages 1 and 2 build the CUDA backend where nvcc is found (its GPU tests skip without a GPU);
 # stages 3 and 4 build without it (INFLIGHT_CUDA=OFF), as a machine without nvcc would.
 # The sanitizer stages run with IFL_TEST_QUICK=1 where a test has smaller sizes for slow builds
 # (stage 3); no test's verdict depends on how fast the machine is.
 #
 # Environment:
-#   INFLIGHT_NATIVE=OFF  builds every stage without -march=native: no AVX-512 panel kernels, the
-#                        speed a machine without AVX-512 gets (the valgrind stage always builds so:
-#                        valgrind cannot run AVX-512 code). ON, or unset, keeps each stage's default.
+#   INFLIGHT_NATIVE=ON   builds stages 1-3 with -march=native (the default is the portable build
+#                        that picks its kernels at run time; the valgrind stage always builds so).
+#   INFLIGHT_ISA=NAME    runs the tests that do not name a family with scalar, avx2 or avx512
+#                        instead of the best the CPU has (e.g. avx2: the speed a machine without
+#                        AVX-512 gets).
 #   CI=true              a test that cannot make a check it was written to make (a missing tool, no
 #                        root for its tmpfs mounts) fails instead of skipping it (GPU tests still
 #                        skip without a GPU).
@@ -22,7 +27,7 @@
 # summary line of the last stage. Exit status: 0 only if every stage passed (a stage that finds no
 # test to run fails too).
 # Example, as a loaded 2-core machine without AVX-512: ( while :; do :; done ) & busy=$!;
-#   INFLIGHT_NATIVE=OFF scripts/test.sh; kill $busy
+#   INFLIGHT_ISA=avx2 scripts/test.sh; kill $busy
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -75,7 +80,8 @@ scripts/build.sh build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DINFLIGHT_TSAN=ON
   -DINFLIGHT_CUDA=OFF "${native[@]}"
 IFL_TEST_QUICK=1 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
   ctest --test-dir build-tsan --output-on-failure --no-tests=error -j "$jobs" \
-  -R 'test_fifo|test_batcher|test_batched|test_matmul|test_threadpool|test_client|integration_load|integration_cancel_close|db_load|db_failures'
+  -R 'test_fifo|test_batcher|test_batched|test_matmul|test_threadpool|test_client|integration_load|integration_cancel_close|db_load|db_failures' \
+  -E '_scalar$'
 end
 
 begin "valgrind memcheck"

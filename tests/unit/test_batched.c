@@ -187,6 +187,7 @@ static int run_dtype(const char *dir, ifl_dtype dt)
 
 int main(void)
 {
+    test_select_isa("test_batched");
     char dir[4096];
     test_tmpdir(dir, sizeof dir, "batched");
     ifl_make_model_opts o;

@@ -177,6 +177,7 @@ static int run_case(const char *fixdir, const cJSON *c, const char *tmp)
 
 int main(int argc, char **argv)
 {
+    test_select_isa("test_golden");
     if (argc != 2) {
         fprintf(stderr, "usage: test_golden FIXTURE_DIR\n");
         return 2;

@@ -1,11 +1,14 @@
 /* test_matmul.c: every matrix-product path of the CPU backend (streaming K-split, streaming dot
- * products, sgemm with widened 16-bit weights) against a float64 reference, for f32/f16/bf16
- * weights, both weight layouts, 1..9 rows, shapes that are not multiples of the vector width, bias,
- * GELU and accumulation into y. Inputs are random; outputs are poisoned with NaN first. */
+ * products, the family's register-blocked product, sgemm with widened 16-bit weights) against a
+ * float64 reference, for f32/f16/bf16 weights, both weight layouts, 1..9 rows, shapes that are not
+ * multiples of the vector width, bias, GELU and accumulation into y, with the kernel family of
+ * $INFLIGHT_ISA (CTest runs it once per family the CPU has). Inputs are random; outputs are
+ * poisoned with NaN first. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu_isa.h"
 #include "cpu_kernels.h"
 #include "rng.h"
 #include "testutil.h"
@@ -33,7 +36,7 @@ static double worst = 0;
 
 static void one_case(ifl_threadpool *tp, ifl_rng *rng, ifl_dtype dt, int nk, int32_t M, int32_t K,
                      int32_t N, int use_bias, int accumulate, ifl_act act, int32_t gemv_rows,
-                     int packed)
+                     int packed, int blas)
 {
     size_t nw = (size_t)K * N;
     float *wf = malloc(nw * sizeof *wf);
@@ -87,12 +90,16 @@ static void one_case(ifl_threadpool *tp, ifl_rng *rng, ifl_dtype dt, int nk, int
                          .max_k = max_k,
                          .max_n = max_k,
                          .max_m = 16,
-                         .gemv_max_rows = gemv_rows};
-#ifdef INFLIGHT_HAVE_BLAS
+                         .gemv_max_rows = gemv_rows,
+                         .blas = blas};
+    /* above gemv_rows: sgemm when asked for (where built), else the family's own product, else
+     * the streaming kernels still (always for dot products: the lm_head) */
     int streaming = M <= gemv_rows;
-#else
-    int streaming = 1; /* without BLAS every call streams */
+#ifndef INFLIGHT_HAVE_BLAS
+    blas = 0;
 #endif
+    if (!streaming && !blas && (nk || ifl_matmul_default_gemv_rows(NULL, dt) >= (1 << 30)))
+        streaming = 1;
     int refuse = streaming && (!packed || (nk && accumulate)); /* NK dots never accumulate */
     if (ifl_matmul_plan(&a)) {
         CHECKF(refuse, "plan refused a %s call", packed ? "packed" : "row-major");
@@ -127,10 +134,10 @@ static void one_case(ifl_threadpool *tp, ifl_rng *rng, ifl_dtype dt, int nk, int
     if (rel > worst)
         worst = rel;
     CHECKF(bad == 0 && rel < 2e-6,
-           "dtype %s %s M=%d K=%d N=%d bias=%d acc=%d act=%d gemv<=%d: "
+           "dtype %s %s M=%d K=%d N=%d bias=%d acc=%d act=%d gemv<=%d blas=%d: "
            "rel err %.3g, %d non-finite",
-           ifl_dtype_name(dt), nk ? "NK" : "KN", M, K, N, use_bias, accumulate, act, gemv_rows, rel,
-           bad);
+           ifl_dtype_name(dt), nk ? "NK" : "KN", M, K, N, use_bias, accumulate, act, gemv_rows,
+           blas, rel, bad);
 out:
     free(wp);
     free(wf);
@@ -142,8 +149,83 @@ out:
     free(scratch);
 }
 
+/* Every row of an M-row product, on the family's default paths, bit-identical to that row alone:
+ * the batcher's promise that a seeded request gives the same tokens whatever shares its steps. */
+static int batch_invariance(ifl_threadpool *tp, ifl_rng *rng, ifl_dtype dt, int nk, int32_t K,
+                            int32_t N, int accumulate, int32_t max_m)
+{
+    ifl_mat W0 = {.dtype = dt, .rows = nk ? N : K, .cols = nk ? K : N};
+    size_t nw = (size_t)K * N;
+    float *wf = malloc(nw * sizeof *wf);
+    void *w = malloc(nw * 4);
+    for (size_t i = 0; i < nw; i++)
+        wf[i] = (float)ifl_rng_normal(rng) * 0.1f;
+    ifl_convert_from_f32(w, dt, wf, nw);
+    W0.data = w;
+    ifl_layout lay = nk ? IFL_LAYOUT_NK4 : IFL_LAYOUT_KN8;
+    void *wp = aligned_alloc(64, (ifl_layout_elems(lay, dt, W0.rows, W0.cols) * 4 + 63) & ~(size_t)63);
+    ifl_mat_repack(wp, lay, dt, &W0);
+    ifl_mat W = W0;
+    W.layout = lay;
+    W.data = wp;
+    float *x = malloc((size_t)max_m * K * sizeof *x);
+    float *y = malloc((size_t)max_m * N * sizeof *y), *y1 = malloc((size_t)N * sizeof *y1);
+    float *y0 = malloc((size_t)max_m * N * sizeof *y0);
+    for (size_t i = 0; i < (size_t)max_m * K; i++)
+        x[i] = (float)ifl_rng_normal(rng);
+    for (size_t i = 0; i < (size_t)max_m * N; i++)
+        y0[i] = (float)ifl_rng_normal(rng);
+    int32_t max_k = K > N ? K : N;
+    int nth = ifl_threadpool_size(tp);
+    size_t sf = ifl_matmul_scratch_floats(max_k, max_k, max_m);
+    float *scratch = aligned_alloc(64, sf * (size_t)nth * sizeof(float));
+    int bad = 0;
+    for (int32_t M = 1; M <= max_m && !bad; M += M < 10 ? 1 : 37) {
+        ifl_matmul_args a = {.x = x, .W = &W, .w_is_nk = nk, .accumulate = accumulate && !nk,
+                             .scratch = scratch, .scratch_floats = sf, .max_k = max_k,
+                             .max_n = max_k, .max_m = max_m,
+                             .gemv_max_rows = ifl_matmul_default_gemv_rows(NULL, dt)};
+        a.y = y;
+        a.M = M;
+        memcpy(y, y0, (size_t)M * N * sizeof *y);
+        CHECK(ifl_matmul_plan(&a) == 0);
+        ctx_t c = {&a};
+        ifl_threadpool_run(tp, run_thread, &c);
+        if (ifl_matmul_needs_finish(&a))
+            ifl_threadpool_run(tp, run_finish, &c);
+        for (int32_t m = 0; m < M && !bad; m += M > 9 ? 7 : 1) { /* row m alone */
+            ifl_matmul_args s1 = a;
+            s1.x = x + (size_t)m * K;
+            s1.y = y1;
+            s1.M = 1;
+            memcpy(y1, y0 + (size_t)m * N, (size_t)N * sizeof *y1);
+            CHECK(ifl_matmul_plan(&s1) == 0);
+            ctx_t c1 = {&s1};
+            ifl_threadpool_run(tp, run_thread, &c1);
+            if (ifl_matmul_needs_finish(&s1))
+                ifl_threadpool_run(tp, run_finish, &c1);
+            if (memcmp(y1, y + (size_t)m * N, (size_t)N * sizeof *y1)) {
+                bad = 1;
+                CHECKF(0, "dtype %s %s K=%d N=%d acc=%d, %d threads: row %d of %d differs from "
+                          "the row alone",
+                       ifl_dtype_name(dt), nk ? "NK" : "KN", K, N, accumulate, nth, m, M);
+            }
+        }
+    }
+    free(wf);
+    free(w);
+    free(wp);
+    free(x);
+    free(y);
+    free(y1);
+    free(y0);
+    free(scratch);
+    return bad ? 0 : 1;
+}
+
 int main(void)
 {
+    test_select_isa("test_matmul");
     ifl_rng rng;
     ifl_rng_seed(&rng, 5);
     static const int32_t shapes[][2] = {{64, 192}, {96, 40},  {120, 360},
@@ -156,25 +238,37 @@ int main(void)
                 for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
                     for (int32_t M = 1; M <= 9; M += (M < 5 && !test_quick() ? 1 : 4)) {
                         int32_t K = shapes[s][0], N = shapes[s][1];
-                        /* streaming (panel layouts) for every M, then sgemm (where built) on
-                         * row-major and on panel layouts; a streaming call on row-major weights
-                         * must be refused */
-                        one_case(tp, &rng, (ifl_dtype)dt, nk, M, K, N, 1, 0, IFL_ACT_NONE, 1 << 20,
-                                 1);
-                        one_case(tp, &rng, (ifl_dtype)dt, nk, M, K, N, 0, 1, IFL_ACT_NONE, 1 << 20,
-                                 1);
-                        one_case(tp, &rng, (ifl_dtype)dt, nk, M, K, N, 1, 0, IFL_ACT_GELU_TANH,
-                                 1 << 20, 1);
-                        one_case(tp, &rng, (ifl_dtype)dt, nk, M, K, N, 1, 0, IFL_ACT_GELU_TANH, 0,
-                                 0);
-                        one_case(tp, &rng, (ifl_dtype)dt, nk, M, K, N, 1, 1, IFL_ACT_NONE, 0, 1);
-                        one_case(tp, &rng, (ifl_dtype)dt, nk, M, K, N, 1, 0, IFL_ACT_NONE, 1 << 20,
-                                 0);
-                        n_cases += 6;
+                        /* streaming (panel layouts) for every M; then above 0 rows the
+                         * family's own product and sgemm (where built), on row-major and on panel
+                         * layouts; a streaming call on row-major weights must be refused */
+                        const int32_t all = 1 << 20;
+                        one_case(tp, &rng, (ifl_dtype)dt, nk, M, K, N, 1, 0, IFL_ACT_NONE, all, 1, 0);
+                        one_case(tp, &rng, (ifl_dtype)dt, nk, M, K, N, 0, 1, IFL_ACT_NONE, all, 1, 0);
+                        one_case(tp, &rng, (ifl_dtype)dt, nk, M, K, N, 1, 0, IFL_ACT_GELU_TANH, all,
+                                 1, 0);
+                        one_case(tp, &rng, (ifl_dtype)dt, nk, M, K, N, 1, 0, IFL_ACT_NONE, all, 0, 0);
+                        for (int blas = 0; blas < 2; blas++) {
+                            one_case(tp, &rng, (ifl_dtype)dt, nk, M, K, N, 1, 0, IFL_ACT_GELU_TANH,
+                                     0, 0, blas);
+                            one_case(tp, &rng, (ifl_dtype)dt, nk, M, K, N, 1, 1, IFL_ACT_NONE, 0, 1,
+                                     blas);
+                            one_case(tp, &rng, (ifl_dtype)dt, nk, M, K, N, 0, 1, IFL_ACT_NONE, 0, 0,
+                                     blas);
+                        }
+                        n_cases += 10;
                     }
+        int inv = 0;
+        for (int dt = 0; dt < 3; dt++)
+            for (int nk = 0; nk < 2; nk++) {
+                inv += batch_invariance(tp, &rng, (ifl_dtype)dt, nk, 120, 360, 0, 110);
+                inv += batch_invariance(tp, &rng, (ifl_dtype)dt, nk, 37, 53, 1, 12);
+                inv += batch_invariance(tp, &rng, (ifl_dtype)dt, nk, 600, 40, 1, 12);
+            }
+        printf("batch invariance, %d threads: %d of 18 shapes with every row bit-identical to the "
+               "row alone (1..110 rows)\n", nth, inv);
         ifl_threadpool_free(tp);
     }
-    printf("%d matmul cases (%s), worst relative L2 error vs float64: %.3g\n", n_cases,
-           test_quick() ? "3 threads" : "1 and 3 threads", worst);
+    printf("%d matmul cases (%s, isa %s), worst relative L2 error vs float64: %.3g\n", n_cases,
+           test_quick() ? "3 threads" : "1 and 3 threads", ifl_isa_name(ifl_isa_current()), worst);
     return test_finish("test_matmul");
 }

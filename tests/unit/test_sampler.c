@@ -63,6 +63,7 @@ static void test_philox(void)
 
 int main(void)
 {
+    test_select_isa("test_sampler");
     test_philox();
     ifl_sampler s;
     ifl_err err;

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu_isa.h"
+
 static int test_failures;
 
 /* IFL_TEST_QUICK=1 (set for the valgrind runs): the same code paths with smaller loops. */
@@ -76,6 +78,20 @@ static inline void test_rmdir(const char *dir)
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0)
         fprintf(stderr, "warning: could not remove %s\n", dir);
+}
+
+/* The kernel family named by $INFLIGHT_ISA (CTest's per-family variants set it), made the
+ * process's, and printed; a family this CPU lacks exits 77 (skipped, like a GPU test without a
+ * GPU), so a variant never passes on another family's kernels. */
+static inline void test_select_isa(const char *name)
+{
+    ifl_err e;
+    if (ifl_isa_select(IFL_ISA_AUTO, &e)) {
+        printf("%s: skipped: %s\n", name, e.msg);
+        exit(77);
+    }
+    printf("%s: kernel family %s (CPU: %s)\n", name, ifl_isa_name(ifl_isa_current()),
+           ifl_cpu_features());
 }
 
 static inline int test_finish(const char *name)

@@ -1,0 +1,200 @@
+/* cpu_kernels_isa.h: the table of one kernel family (scalar, avx2, avx512: cpu_isa.h) and the
+ * plain-C loops every family shares. Internal to the CPU engine: cpu_kernels.c drives the tables,
+ * kernels_<isa>.c fill them.
+ *
+ * Each kernels_<isa>.c is compiled with its own target flags (CMakeLists.txt), so the shared loops
+ * below, being static inline, are compiled (and auto-vectorised) once per family, and nothing of a
+ * family runs unless ifl_isa_supported said the CPU has it. The weight layouts are the same for
+ * every family (tensor.h: 64-byte panel rows); what differs is the order in which a family keeps
+ * bf16 columns in its partial sums (bf16_group). */
+#ifndef IFL_CPU_KERNELS_ISA_H
+#define IFL_CPU_KERNELS_ISA_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "cpu_isa.h"
+#include "cpu_kernels.h"
+#include "tensor.h"
+
+#define IFL_ALWAYS_INLINE static inline __attribute__((always_inline))
+
+/* [c0, c1) of n items for thread ith of nth, in multiples of `align`: how the driver shares work
+ * out, here because the register-blocked product must know the streaming kernels' K bands. */
+static inline void ifl_kernel_split(int32_t n, int ith, int nth, int32_t align, int32_t *c0,
+                                    int32_t *c1)
+{
+    int32_t per = (n + nth - 1) / nth;
+    per = (per + align - 1) / align * align;
+    *c0 = per * ith < n ? per * ith : n;
+    *c1 = *c0 + per < n ? *c0 + per : n;
+}
+
+/* Rows [start, end) of W (K rows) that streaming thread t of nth sums on its own: 8-row panels
+ * shared out by ifl_kernel_split. */
+static inline void ifl_kernel_band(int32_t K, int t, int nth, int32_t *start, int32_t *end)
+{
+    int32_t kb0, kb1;
+    ifl_kernel_split((K + 7) / 8, t, nth, 1, &kb0, &kb1);
+    *start = kb0 * 8 < K ? kb0 * 8 : K;
+    *end = kb1 * 8 < K ? kb1 * 8 : K;
+}
+
+/* A compute-bound product for one thread: columns [n0, n1) of y (M, N) = [y +] x (M, K) @ W for
+ * a (K, N) W in any layout, for all M rows; bias and activation are the driver's. n0 and n1 are
+ * multiples of 16 except at N. Each sum must come out exactly as the streaming kernels' (their
+ * finish): per K band of the n_bands streaming threads (ifl_kernel_band) one fused multiply-add
+ * chain in k order from zero, the bands then added left to right onto y (accumulate) or onto the
+ * first band. scratch holds IFL_GEMM_SCRATCH_FLOATS floats. */
+typedef struct {
+    float *y;
+    const float *x;
+    int32_t M, K, N;
+    const ifl_mat *W;
+    int accumulate;
+    int32_t n0, n1;
+    int n_bands;
+    float *scratch;
+} ifl_gemm_args;
+
+/* The product's blocking: 256 rows of W packed per pass, up to 96 rows of x per block. */
+#define IFL_GEMM_KC 256
+#define IFL_GEMM_MC 96
+#define IFL_GEMM_SCRATCH_FLOATS (IFL_GEMM_KC * 16 + IFL_GEMM_MC * 16 + 64)
+
+typedef struct ifl_cpu_kernels {
+    ifl_isa isa;
+    const char *desc; /* e.g. "AVX2+FMA+F16C kernels" */
+    /* acc (M, lda) += x (M, ldx) @ W for the 8-row panels kb0..kb1 of a KN8 matrix with K rows
+     * and NB panel columns; M in 1..kn_max_m. bf16 columns of acc are in bf16_group order. */
+    void (*kn_panels)(float *acc, int32_t lda, const float *x, int32_t ldx, int32_t K, int32_t kb0,
+                      int32_t kb1, const void *W, int32_t NB, int M, ifl_dtype dt);
+    int kn_max_m;
+    /* y[m][n - g0 * 4] = x[m] . W[n] for the 4-row panels g0..g1 of an NK4 matrix (N rows, KB
+     * panel columns); xp is x padded by pad_x in bf16_group order; M in 1..nk_max_m. */
+    void (*nk_panels)(float *y, int32_t ldy, const float *xp, int32_t KB, const void *W, int32_t g0,
+                      int32_t g1, int32_t N, int M, ifl_dtype dt);
+    int nk_max_m;
+    /* 0: bf16 columns in natural order; g: each g columns held as [g/2 even | g/2 odd]. */
+    int bf16_group;
+    /* Puts n (a multiple of bf16_group) partial sums back in column order; NULL when bf16_group
+     * is 0. */
+    void (*unpermute_bf16)(float *p, int32_t n);
+    /* The register-blocked product for larger M (NULL: the panel kernels at every size), and the
+     * rows above which it is used, per dtype. */
+    void (*gemm)(const ifl_gemm_args *g);
+    int32_t gemm_above[3];
+    void (*exp)(float *y, const float *x, size_t n);
+    void (*gelu_tanh)(float *x, size_t n);
+    void (*layernorm)(float *out, const float *x, const float *w, const float *b, int32_t C,
+                      float eps);
+    /* Attention over one KV block: o[sl] = q . kt[:, sl] for BS slots (kt is (D, BS)); and
+     * out[d] += sum over cnt slots of p[sl] * vb[sl][d] (vb is (BS, D)). */
+    void (*attn_scores)(float *o, const float *q, const float *kt, int32_t D, int32_t BS);
+    void (*attn_values)(float *out, const float *p, const float *vb, int32_t cnt, int32_t D);
+    /* Largest of n values, and x[i] *= s. */
+    float (*max)(const float *x, size_t n);
+    void (*scale)(float *x, float s, size_t n);
+    /* The memory probe's loop: reads n floats (n a multiple of 64, 64-byte aligned), returns a
+     * value that depends on all of them. */
+    float (*stream_read)(const float *p, size_t n);
+    /* The FMA probe's loop: iters rounds of independent multiply-adds on registers; returns the
+     * floating-point operations done. */
+    double (*fma_loop)(int64_t iters, float *sink);
+} ifl_cpu_kernels;
+
+/* The table of family isa, or NULL where this binary lacks it. */
+const ifl_cpu_kernels *ifl_kernels_scalar(void);
+const ifl_cpu_kernels *ifl_kernels_avx2(void);
+const ifl_cpu_kernels *ifl_kernels_avx512(void);
+
+/* ---- loops every family shares (compiled per family) ----------------------------------------- */
+
+IFL_ALWAYS_INLINE void ifl_layernorm_c(float *out, const float *x, const float *w, const float *b,
+                                       int32_t C, float eps)
+{
+    float mean = 0, var = 0;
+    for (int32_t i = 0; i < C; i++)
+        mean += x[i];
+    mean /= (float)C;
+    for (int32_t i = 0; i < C; i++) {
+        float d = x[i] - mean;
+        var += d * d;
+    }
+    var /= (float)C;
+    float rstd = 1.0f / sqrtf(var + eps);
+    for (int32_t i = 0; i < C; i++)
+        out[i] = (x[i] - mean) * rstd * w[i] + b[i];
+}
+
+IFL_ALWAYS_INLINE void ifl_attn_scores_c(float *o, const float *q, const float *kt, int32_t D,
+                                         int32_t BS)
+{
+    for (int32_t sl = 0; sl < BS; sl++)
+        o[sl] = 0;
+    for (int32_t d = 0; d < D; d++) {
+        float qd = q[d];
+        const float *kr = kt + (size_t)d * BS;
+        for (int32_t sl = 0; sl < BS; sl++)
+            o[sl] += qd * kr[sl];
+    }
+}
+
+IFL_ALWAYS_INLINE void ifl_attn_values_c(float *out, const float *p, const float *vb, int32_t cnt,
+                                         int32_t D)
+{
+    for (int32_t sl = 0; sl < cnt; sl++) {
+        float ps = p[sl];
+        const float *vr = vb + (size_t)sl * D;
+        for (int32_t d = 0; d < D; d++)
+            out[d] += ps * vr[d];
+    }
+}
+
+IFL_ALWAYS_INLINE float ifl_max_c(const float *x, size_t n)
+{
+    float m = -INFINITY;
+    for (size_t i = 0; i < n; i++)
+        m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+IFL_ALWAYS_INLINE void ifl_scale_c(float *x, float s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] *= s;
+}
+
+/* Cody-Waite range reduction + degree-6 Taylor polynomial on [-ln2/2, ln2/2]: the scalar exp
+ * every family's vector exp matches (max relative error ~2e-7). */
+IFL_ALWAYS_INLINE float ifl_exp_scalar(float x)
+{
+    if (x > 88.3762626647949f)
+        x = 88.3762626647949f;
+    if (x < -87.0f)
+        return x < -103.0f ? 0.0f : expf(x); /* subnormal range: rare, exact is fine */
+    float n = nearbyintf(x * 1.44269504088896341f);
+    float r = fmaf(n, -0.693145751953125f, x);
+    r = fmaf(n, -1.428606765330187045e-06f, r);
+    float p = 1.0f / 720;
+    p = fmaf(p, r, 1.0f / 120);
+    p = fmaf(p, r, 1.0f / 24);
+    p = fmaf(p, r, 1.0f / 6);
+    p = fmaf(p, r, 0.5f);
+    p = fmaf(p, r, 1.0f);
+    p = fmaf(p, r, 1.0f);
+    return ldexpf(p, (int)n);
+}
+
+/* gelu(x) = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3); tanh(u) = 1 - 2 / (1 + e^2u).
+ */
+IFL_ALWAYS_INLINE float ifl_gelu_tanh_scalar(float x)
+{
+    float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+    float e = ifl_exp_scalar(2.0f * u);
+    return 0.5f * x * (2.0f - 2.0f / (1.0f + e));
+}
+
+#endif

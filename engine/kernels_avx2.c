@@ -1,0 +1,519 @@
+/* kernels_avx2.c: the avx2 kernel family (AVX2 + FMA + F16C: Haswell, Zen 1 and later). Compiled
+ * with those target flags (CMakeLists.txt) and run only where ifl_isa_supported(IFL_ISA_AVX2) said
+ * the CPU has them.
+ *
+ * Few rows (decode): the panel kernels stream each weight once, 16 columns (two registers) at a
+ * time: a 64-byte panel row is one such unit for f32 and two for 16-bit weights. bf16 is widened
+ * without shuffles (shift left by 16: the even elements; mask the high halves: the odd ones), so
+ * partial sums hold each 16 columns as [8 even | 8 odd] (bf16_group 16); f16 uses vcvtph2ps.
+ * More rows (batches, prefill): a register-blocked product, 6 rows x 16 columns of y in twelve
+ * accumulators, over a 256-row block of W packed to f32 (16 KiB: it stays in L1 while every group
+ * of 6 rows of x passes over it). */
+#include "cpu_kernels_isa.h"
+
+#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+
+#define PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
+enum { PF_BYTES = 2048 };
+
+/* ---- exp, GELU ------------------------------------------------------------------------------- */
+
+IFL_ALWAYS_INLINE __m256 exp8(__m256 x)
+{
+    x = _mm256_min_ps(x, _mm256_set1_ps(88.3762626647949f));
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f)); /* 2^n stays a normal float */
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-0.693145751953125f), x);
+    r = _mm256_fmadd_ps(n, _mm256_set1_ps(-1.428606765330187045e-06f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 720);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    /* 2^n as a float: n + 127 in the exponent field (n in [-126, 128): p * 2^n in two steps
+     * keeps n = 128 from overflowing the field) */
+    __m256i ni = _mm256_cvtps_epi32(n);
+    __m256i h = _mm256_srai_epi32(ni, 1);
+    __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h, _mm256_set1_epi32(127)), 23));
+    __m256 s2 = _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(ni, h), _mm256_set1_epi32(127)), 23));
+    return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+}
+
+static void exp_avx2(float *y, const float *x, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        if (_mm256_movemask_ps(_mm256_cmp_ps(v, _mm256_set1_ps(-87.0f), _CMP_NGE_UQ))) {
+            for (size_t j = i; j < i + 8; j++) /* subnormal results, zero or NaN: as the scalar */
+                y[j] = ifl_exp_scalar(x[j]);
+            continue;
+        }
+        _mm256_storeu_ps(y + i, exp8(v));
+    }
+    for (; i < n; i++)
+        y[i] = ifl_exp_scalar(x[i]);
+}
+
+IFL_ALWAYS_INLINE __m256 gelu8(__m256 x)
+{
+    __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+    __m256 u = _mm256_mul_ps(_mm256_set1_ps(2.0f * 0.7978845608028654f),
+                             _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), x3, x));
+    __m256 e = exp8(u);
+    __m256 t =
+        _mm256_sub_ps(_mm256_set1_ps(2.0f),
+                      _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(_mm256_set1_ps(1.0f), e)));
+    return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x), t);
+}
+
+static void gelu_tanh_avx2(float *x, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(x + i, gelu8(_mm256_loadu_ps(x + i)));
+    for (; i < n; i++)
+        x[i] = ifl_gelu_tanh_scalar(x[i]);
+}
+
+/* ---- panel kernels (few rows) ---------------------------------------------------------------- */
+
+/* One unit of 16 columns as two registers: f32 the whole 64-byte row at p, 16-bit the 32-byte
+ * half at p (f16: elements 0..7, 8..15; bf16: the even elements, the odd ones). */
+IFL_ALWAYS_INLINE void load_unit(const char *p, const ifl_dtype dt, __m256 *v0, __m256 *v1)
+{
+    if (dt == IFL_DTYPE_F32) {
+        *v0 = _mm256_load_ps((const float *)p);
+        *v1 = _mm256_load_ps((const float *)p + 8);
+    } else if (dt == IFL_DTYPE_F16) {
+        *v0 = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)p));
+        *v1 = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(p + 16)));
+    } else {
+        __m256i v = _mm256_load_si256((const __m256i *)p);
+        *v0 = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+        *v1 = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xffff0000u)));
+    }
+}
+
+/* acc (M, lda) += x @ W over 8-row panels kb0..kb1; each 512-byte block is read once (the second
+ * unit of a 16-bit block from L1). Every sum is one chain of fused multiply-adds in k order, the
+ * order the register-blocked product keeps too, so a row's result does not depend on how many
+ * rows share the call (the independent chains are the columns and the rows). */
+IFL_ALWAYS_INLINE void kn8_panels(float *acc, int32_t lda, const float *x, int32_t ldx, int32_t K,
+                                  int32_t kb0, int32_t kb1, const void *W, int32_t NB, const int M,
+                                  const ifl_dtype dt)
+{
+    const int cw = dt == IFL_DTYPE_F32 ? 16 : 32, units = dt == IFL_DTYPE_F32 ? 1 : 2;
+    for (int32_t kb = kb0; kb < kb1; kb++) {
+        float xs[4][8];
+        for (int m = 0; m < M; m++)
+            for (int r = 0; r < 8; r++) {
+                int32_t k = kb * 8 + r;
+                xs[m][r] = k < K ? x[(size_t)m * ldx + k] : 0.0f;
+            }
+        const char *panel = (const char *)W + (size_t)kb * NB * 512;
+        for (int32_t jb = 0; jb < NB; jb++) {
+            const char *blk = panel + (size_t)jb * 512;
+            for (int l = 0; l < 8; l++)
+                PREFETCH(blk + PF_BYTES + 64 * l);
+            for (int u = 0; u < units; u++) {
+                float *ap = acc + (size_t)jb * cw + 16 * u;
+                __m256 a[4][2];
+                for (int m = 0; m < M; m++) {
+                    a[m][0] = _mm256_load_ps(ap + (size_t)m * lda);
+                    a[m][1] = _mm256_load_ps(ap + (size_t)m * lda + 8);
+                }
+                for (int r = 0; r < 8; r++) {
+                    __m256 v0, v1;
+                    load_unit(blk + 64 * r + 32 * u, dt, &v0, &v1);
+                    for (int m = 0; m < M; m++) {
+                        __m256 xb = _mm256_set1_ps(xs[m][r]);
+                        a[m][0] = _mm256_fmadd_ps(xb, v0, a[m][0]);
+                        a[m][1] = _mm256_fmadd_ps(xb, v1, a[m][1]);
+                    }
+                }
+                for (int m = 0; m < M; m++) {
+                    _mm256_store_ps(ap + (size_t)m * lda, a[m][0]);
+                    _mm256_store_ps(ap + (size_t)m * lda + 8, a[m][1]);
+                }
+            }
+        }
+    }
+}
+
+IFL_ALWAYS_INLINE float hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* y[m][n - g0 * 4] = x[m] . W[n] over 4-row panels g0..g1; up to two rows of x. */
+IFL_ALWAYS_INLINE void nk4_panels(float *y, int32_t ldy, const float *xp, int32_t KB, const void *W,
+                                  int32_t g0, int32_t g1, int32_t N, const int M,
+                                  const ifl_dtype dt)
+{
+    const int cw = dt == IFL_DTYPE_F32 ? 16 : 32, units = dt == IFL_DTYPE_F32 ? 1 : 2;
+    const size_t ldx = (size_t)KB * cw;
+    for (int32_t g = g0; g < g1; g++) {
+        const char *prow = (const char *)W + (size_t)g * KB * 256;
+        __m256 acc[2][4];
+        for (int m = 0; m < M; m++)
+            for (int r = 0; r < 4; r++)
+                acc[m][r] = _mm256_setzero_ps();
+        for (int32_t kb = 0; kb < KB; kb++) {
+            const char *blk = prow + (size_t)kb * 256;
+            for (int l = 0; l < 4; l++)
+                PREFETCH(blk + PF_BYTES + 64 * l);
+            for (int u = 0; u < units; u++) {
+                __m256 x0[2], x1[2];
+                for (int m = 0; m < M; m++) {
+                    const float *xv = xp + (size_t)m * ldx + (size_t)kb * cw + 16 * u;
+                    x0[m] = _mm256_loadu_ps(xv);
+                    x1[m] = _mm256_loadu_ps(xv + 8);
+                }
+                for (int r = 0; r < 4; r++) {
+                    __m256 w0, w1;
+                    load_unit(blk + 64 * r + 32 * u, dt, &w0, &w1);
+                    for (int m = 0; m < M; m++) {
+                        acc[m][r] = _mm256_fmadd_ps(x0[m], w0, acc[m][r]);
+                        acc[m][r] = _mm256_fmadd_ps(x1[m], w1, acc[m][r]);
+                    }
+                }
+            }
+        }
+        for (int m = 0; m < M; m++)
+            for (int r = 0; r < 4 && g * 4 + r < N; r++)
+                y[(size_t)m * ldy + (size_t)(g - g0) * 4 + r] = hsum8(acc[m][r]);
+    }
+}
+
+#define BY_DTYPE(CALL, MM)                                                                         \
+    do {                                                                                           \
+        if (dt == IFL_DTYPE_F32)                                                                   \
+            CALL(MM, IFL_DTYPE_F32);                                                               \
+        else if (dt == IFL_DTYPE_F16)                                                              \
+            CALL(MM, IFL_DTYPE_F16);                                                               \
+        else                                                                                       \
+            CALL(MM, IFL_DTYPE_BF16);                                                              \
+    } while (0)
+
+static void kn_panels_avx2(float *acc, int32_t lda, const float *x, int32_t ldx, int32_t K,
+                           int32_t kb0, int32_t kb1, const void *W, int32_t NB, int M, ifl_dtype dt)
+{
+#define KN(MM, DT) kn8_panels(acc, lda, x, ldx, K, kb0, kb1, W, NB, MM, DT)
+    switch (M) {
+    case 1: BY_DTYPE(KN, 1); break;
+    case 2: BY_DTYPE(KN, 2); break;
+    case 3: BY_DTYPE(KN, 3); break;
+    default: BY_DTYPE(KN, 4); break;
+    }
+#undef KN
+}
+
+static void nk_panels_avx2(float *y, int32_t ldy, const float *xp, int32_t KB, const void *W,
+                           int32_t g0, int32_t g1, int32_t N, int M, ifl_dtype dt)
+{
+#define NK(MM, DT) nk4_panels(y, ldy, xp, KB, W, g0, g1, N, MM, DT)
+    if (M == 1)
+        BY_DTYPE(NK, 1);
+    else
+        BY_DTYPE(NK, 2);
+#undef NK
+}
+
+/* Puts the [8 even | 8 odd] halves of each 16 partial sums back in column order. */
+static void unpermute16(float *p, int32_t n)
+{
+    for (int32_t j = 0; j < n; j += 16) {
+        __m256 e = _mm256_loadu_ps(p + j), o = _mm256_loadu_ps(p + j + 8);
+        __m256 lo = _mm256_unpacklo_ps(e, o), hi = _mm256_unpackhi_ps(e, o);
+        _mm256_storeu_ps(p + j, _mm256_permute2f128_ps(lo, hi, 0x20));
+        _mm256_storeu_ps(p + j + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+    }
+}
+
+/* ---- register-blocked product (more rows) ---------------------------------------------------- */
+
+/* 16 elements of dtype dt at p as f32 into d (unaligned). */
+IFL_ALWAYS_INLINE void widen16(float *d, const char *p, ifl_dtype dt)
+{
+    if (dt == IFL_DTYPE_F32) {
+        _mm256_storeu_ps(d, _mm256_loadu_ps((const float *)p));
+        _mm256_storeu_ps(d + 8, _mm256_loadu_ps((const float *)p + 8));
+    } else if (dt == IFL_DTYPE_F16) {
+        _mm256_storeu_ps(d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)));
+        _mm256_storeu_ps(d + 8, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16))));
+    } else {
+        __m256i lo = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+        __m256i hi = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p + 16)));
+        _mm256_storeu_ps(d, _mm256_castsi256_ps(_mm256_slli_epi32(lo, 16)));
+        _mm256_storeu_ps(d + 8, _mm256_castsi256_ps(_mm256_slli_epi32(hi, 16)));
+    }
+}
+
+/* bp (kc, 16) = W (K, N) rows [k0, k0 + kc), columns [n0, n0 + 16) as f32, zero past N. In both
+ * layouts (row-major, KN8) the 16 columns of a row are contiguous (n0 is a multiple of 16). */
+IFL_ALWAYS_INLINE void pack_kn(float *bp, const ifl_mat *W, int32_t k0, int32_t kc, int32_t n0,
+                               const ifl_dtype dt)
+{
+    size_t es = ifl_dtype_size(dt);
+    int32_t cols = W->cols - n0 < 16 ? W->cols - n0 : 16;
+    int next = n0 + 16 < W->cols; /* prefetch the next strip's rows into L2 while packing */
+    for (int32_t k = 0; k < kc; k++) {
+        const char *src = (const char *)W->data + ifl_mat_offset(W, k0 + k, n0) * es;
+        if (next)
+            _mm_prefetch((const char *)W->data + ifl_mat_offset(W, k0 + k, n0 + 16) * es,
+                         _MM_HINT_T1);
+        if (cols == 16) {
+            widen16(bp + (size_t)k * 16, src, dt);
+            continue;
+        }
+        for (int32_t j = 0; j < 16; j++)
+            bp[(size_t)k * 16 + j] = j < cols ? ifl_load_f32(dt, src, (size_t)j) : 0.0f;
+    }
+}
+
+static void pack(float *bp, const ifl_mat *W, int32_t k0, int32_t kc, int32_t n0)
+{
+    if (W->dtype == IFL_DTYPE_F32)
+        pack_kn(bp, W, k0, kc, n0, IFL_DTYPE_F32);
+    else if (W->dtype == IFL_DTYPE_F16)
+        pack_kn(bp, W, k0, kc, n0, IFL_DTYPE_F16);
+    else
+        pack_kn(bp, W, k0, kc, n0, IFL_DTYPE_BF16);
+}
+
+/* Where a tile's sums go: the tile buffer (the band goes on), or y: set (the first band, no
+ * accumulate) or added (later bands, or accumulate). */
+enum { OUT_TILE, OUT_SET, OUT_ADD };
+
+typedef struct {
+    float *y;
+    int32_t N, n0, cols; /* the strip: columns [n0, n0 + cols) of y (N wide) */
+    const float *x;
+    int32_t K, k0, kc; /* x's columns [k0, k0 + kc) against bp */
+    const float *bp;
+    float *tile; /* (IFL_GEMM_MC, 16): the running band of the block's rows, by row - mb */
+    int32_t mb;
+    int from_tile; /* 0: the band starts here, from zero */
+    int out;
+} micro_job;
+
+/* Rows [m0, m0 + MR) of the strip: c = (tile or 0) + x @ bp, one fused multiply-add chain per sum
+ * in k order, then c into the tile or onto y. */
+IFL_ALWAYS_INLINE void micro(const micro_job *j, int32_t m0, const int MR)
+{
+    __m256 c[6][2];
+    __m256i mlo = _mm256_set1_epi32(-1), mhi = mlo;
+    if (j->cols < 16) {
+        const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        mlo = _mm256_cmpgt_epi32(_mm256_set1_epi32(j->cols), idx);
+        mhi = _mm256_cmpgt_epi32(_mm256_set1_epi32(j->cols - 8), idx);
+    }
+    for (int i = 0; i < MR; i++) {
+        const float *t = j->tile + (size_t)(m0 - j->mb + i) * 16;
+        c[i][0] = j->from_tile ? _mm256_load_ps(t) : _mm256_setzero_ps();
+        c[i][1] = j->from_tile ? _mm256_load_ps(t + 8) : _mm256_setzero_ps();
+    }
+    const float *xr = j->x + (size_t)m0 * j->K + j->k0;
+    for (int32_t k = 0; k < j->kc; k++) {
+        __m256 b0 = _mm256_load_ps(j->bp + (size_t)k * 16);
+        __m256 b1 = _mm256_load_ps(j->bp + (size_t)k * 16 + 8);
+        for (int i = 0; i < MR; i++) {
+            __m256 a = _mm256_broadcast_ss(xr + (size_t)i * j->K + k);
+            c[i][0] = _mm256_fmadd_ps(a, b0, c[i][0]);
+            c[i][1] = _mm256_fmadd_ps(a, b1, c[i][1]);
+        }
+    }
+    for (int i = 0; i < MR; i++) {
+        if (j->out == OUT_TILE) {
+            float *t = j->tile + (size_t)(m0 - j->mb + i) * 16;
+            _mm256_store_ps(t, c[i][0]);
+            _mm256_store_ps(t + 8, c[i][1]);
+            continue;
+        }
+        float *yr = j->y + (size_t)(m0 + i) * j->N + j->n0;
+        if (j->out == OUT_ADD) {
+            c[i][0] = _mm256_add_ps(_mm256_maskload_ps(yr, mlo), c[i][0]);
+            c[i][1] = _mm256_add_ps(_mm256_maskload_ps(yr + 8, mhi), c[i][1]);
+        }
+        _mm256_maskstore_ps(yr, mlo, c[i][0]);
+        _mm256_maskstore_ps(yr + 8, mhi, c[i][1]);
+    }
+}
+
+static void micro_rows(const micro_job *j, int32_t m0, int MR)
+{
+    switch (MR) {
+    case 1: micro(j, m0, 1); break;
+    case 2: micro(j, m0, 2); break;
+    case 3: micro(j, m0, 3); break;
+    case 4: micro(j, m0, 4); break;
+    case 5: micro(j, m0, 5); break;
+    default: micro(j, m0, 6); break;
+    }
+}
+
+/* One strip of one row block: per K band, per 256 rows of it: pack, then every 6 rows over it. */
+static void gemm_strip(const ifl_gemm_args *g, float *bp, float *tile, int32_t mb, int32_t me,
+                       int32_t n0)
+{
+    micro_job j = {.y = g->y,
+                   .N = g->N,
+                   .n0 = n0,
+                   .cols = g->n1 - n0 < 16 ? g->n1 - n0 : 16,
+                   .x = g->x,
+                   .K = g->K,
+                   .bp = bp,
+                   .tile = tile,
+                   .mb = mb};
+    for (int t = 0; t < g->n_bands; t++) {
+        int32_t ks, ke;
+        ifl_kernel_band(g->K, t, g->n_bands, &ks, &ke);
+        int out = t == 0 && !g->accumulate ? OUT_SET : OUT_ADD;
+        if (ks == ke) { /* an empty band: that streaming thread's partial sums are zeros */
+            for (int32_t m = mb; m < me; m++)
+                for (int32_t c = 0; c < j.cols; c++) {
+                    float *yv = g->y + (size_t)m * g->N + n0 + c;
+                    *yv = out == OUT_SET ? 0.0f : *yv + 0.0f;
+                }
+            continue;
+        }
+        for (int32_t k0 = ks; k0 < ke; k0 += IFL_GEMM_KC) {
+            j.k0 = k0;
+            j.kc = ke - k0 < IFL_GEMM_KC ? ke - k0 : IFL_GEMM_KC;
+            j.from_tile = k0 > ks;
+            j.out = k0 + j.kc < ke ? OUT_TILE : out;
+            pack(bp, g->W, k0, j.kc, n0);
+            for (int32_t m0 = mb; m0 < me; m0 += 6)
+                micro_rows(&j, m0, me - m0 < 6 ? me - m0 : 6);
+        }
+    }
+}
+
+/* Per block of up to IFL_GEMM_MC rows of x, per 16-column strip of y: gemm_strip. The strip's
+ * running sums (IFL_GEMM_MC x 16) stay in L1 across the blocks of W, the x block in L2. */
+static void gemm_avx2(const ifl_gemm_args *g)
+{
+    float *bp = (float *)(((uintptr_t)g->scratch + 63) & ~(uintptr_t)63);
+    float *tile = bp + IFL_GEMM_KC * 16;
+    for (int32_t mb = 0; mb < g->M; mb += IFL_GEMM_MC) {
+        int32_t me = g->M - mb < IFL_GEMM_MC ? g->M : mb + IFL_GEMM_MC;
+        for (int32_t n0 = g->n0; n0 < g->n1; n0 += 16)
+            gemm_strip(g, bp, tile, mb, me, n0);
+    }
+}
+
+/* ---- the rest -------------------------------------------------------------------------------- */
+
+static void layernorm_avx2(float *out, const float *x, const float *w, const float *b, int32_t C,
+                           float eps)
+{
+    ifl_layernorm_c(out, x, w, b, C, eps);
+}
+
+static void attn_scores_avx2(float *o, const float *q, const float *kt, int32_t D, int32_t BS)
+{
+    ifl_attn_scores_c(o, q, kt, D, BS);
+}
+
+static void attn_values_avx2(float *out, const float *p, const float *vb, int32_t cnt, int32_t D)
+{
+    ifl_attn_values_c(out, p, vb, cnt, D);
+}
+
+/* maxps(v, m) keeps m where v is NaN: the same NaN rule as ifl_max_c. */
+static float max_avx2(const float *x, size_t n)
+{
+    __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0;
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        m0 = _mm256_max_ps(_mm256_loadu_ps(x + i), m0);
+        m1 = _mm256_max_ps(_mm256_loadu_ps(x + i + 8), m1);
+    }
+    float t[8], m = -INFINITY;
+    _mm256_storeu_ps(t, _mm256_max_ps(m0, m1));
+    for (int j = 0; j < 8; j++)
+        m = t[j] > m ? t[j] : m;
+    for (; i < n; i++)
+        m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+static void scale_avx2(float *x, float s, size_t n)
+{
+    ifl_scale_c(x, s, n);
+}
+
+static float stream_read_avx2(const float *p, size_t n)
+{
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = 0; i < n; i += 32) {
+        if (i + 1024 < n) {
+            PREFETCH(p + i + 1024);
+            PREFETCH(p + i + 1024 + 16);
+        }
+        a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
+        a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
+        a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
+        a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
+    }
+    return hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+}
+
+/* Twelve independent FMA chains of 8 lanes: enough to cover the latency on two FMA units. */
+static double fma_loop_avx2(int64_t iters, float *sink)
+{
+    __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
+    __m256 a[12];
+    for (int j = 0; j < 12; j++)
+        a[j] = _mm256_set1_ps((float)j);
+    for (int64_t i = 0; i < iters; i++)
+        for (int j = 0; j < 12; j++)
+            a[j] = _mm256_fmadd_ps(a[j], m, c);
+    __m256 s = a[0];
+    for (int j = 1; j < 12; j++)
+        s = _mm256_add_ps(s, a[j]);
+    *sink = hsum8(s);
+    return (double)iters * 12 * 8 * 2;
+}
+
+static const ifl_cpu_kernels k_avx2 = {
+    .isa = IFL_ISA_AVX2,
+    .desc = "AVX2+FMA+F16C kernels (register-blocked above 4 rows)",
+    .kn_panels = kn_panels_avx2,
+    .kn_max_m = 4,
+    .nk_panels = nk_panels_avx2,
+    .nk_max_m = 2,
+    .bf16_group = 16,
+    .unpermute_bf16 = unpermute16,
+    .gemm = gemm_avx2,
+    .gemm_above = {4, 4, 4},
+    .exp = exp_avx2,
+    .gelu_tanh = gelu_tanh_avx2,
+    .layernorm = layernorm_avx2,
+    .attn_scores = attn_scores_avx2,
+    .attn_values = attn_values_avx2,
+    .max = max_avx2,
+    .scale = scale_avx2,
+    .stream_read = stream_read_avx2,
+    .fma_loop = fma_loop_avx2,
+};
+
+const ifl_cpu_kernels *ifl_kernels_avx2(void)
+{
+    return &k_avx2;
+}
+#else
+const ifl_cpu_kernels *ifl_kernels_avx2(void)
+{
+    return NULL; /* not an x86-64 build, or the compiler lacks the flags */
+}
+#endif

@@ -1,0 +1,318 @@
+/* kernels_avx512.c: the avx512 kernel family (AVX-512 F/BW/VL with FMA and F16C: Skylake-X, Zen 4
+ * and later). Compiled with those target flags (CMakeLists.txt) and run only where
+ * ifl_isa_supported(IFL_ISA_AVX512) said the CPU has them.
+ *
+ * The panel kernels stream every weight once per call at any number of rows (they beat OpenBLAS at
+ * every size measured, decode through 512-token prefill: docs/perf.md), so this family has no
+ * separate register-blocked product. bf16 is widened without shuffles: shifting a 64-byte row
+ * left by 16 gives the even elements, masking the high halves the odd ones, so partial sums hold
+ * each 32 columns as [16 even | 16 odd] (bf16_group 32); f16 uses vcvtph2ps on each 32-byte half. */
+#include "cpu_kernels_isa.h"
+
+#if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#include <immintrin.h>
+
+/* Software prefetch of weights a few rows ahead: measured to raise the streaming kernels from
+ * ~30 to ~50 GB/s (docs/perf.md); the hardware prefetchers alone ramp up too slowly. */
+#define PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
+enum { PF_BYTES = 2048 };
+
+IFL_ALWAYS_INLINE __m512 exp16(__m512 x)
+{
+    x = _mm512_min_ps(x, _mm512_set1_ps(88.3762626647949f));
+    x = _mm512_max_ps(x, _mm512_set1_ps(-103.0f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693145751953125f), x);
+    r = _mm512_fmadd_ps(n, _mm512_set1_ps(-1.428606765330187045e-06f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 720);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n); /* p * 2^n, handles under/overflow */
+}
+
+static void exp_avx512(float *y, const float *x, size_t n)
+{
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, exp16(_mm512_loadu_ps(x + i)));
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(y + i, m, exp16(_mm512_maskz_loadu_ps(m, x + i)));
+    }
+}
+
+IFL_ALWAYS_INLINE __m512 gelu16(__m512 x)
+{
+    __m512 x3 = _mm512_mul_ps(_mm512_mul_ps(x, x), x);
+    __m512 u = _mm512_mul_ps(_mm512_set1_ps(2.0f * 0.7978845608028654f),
+                             _mm512_fmadd_ps(_mm512_set1_ps(0.044715f), x3, x));
+    __m512 e = exp16(u);
+    __m512 t =
+        _mm512_sub_ps(_mm512_set1_ps(2.0f),
+                      _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(_mm512_set1_ps(1.0f), e)));
+    return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), x), t);
+}
+
+static void gelu_tanh_avx512(float *x, size_t n)
+{
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(x + i, gelu16(_mm512_loadu_ps(x + i)));
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(x + i, m, gelu16(_mm512_maskz_loadu_ps(m, x + i)));
+    }
+}
+
+/* One 64-byte panel row as f32: v0 = elements 0..15 (f32: all 16), v1 = 16..31 for f16, and for
+ * bf16 v0 = the even elements, v1 = the odd ones. */
+IFL_ALWAYS_INLINE void load_panel_row(const char *p, const ifl_dtype dt, __m512 *v0, __m512 *v1)
+{
+    if (dt == IFL_DTYPE_F32) {
+        *v0 = _mm512_load_ps((const float *)p);
+    } else if (dt == IFL_DTYPE_F16) {
+        *v0 = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)p));
+        *v1 = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(p + 32)));
+    } else {
+        __m512i v = _mm512_load_si512(p);
+        *v0 = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+        *v1 = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xffff0000u)));
+    }
+}
+
+/* Each 512-byte block (8 rows x 64 bytes) is read once, in address order. Every sum is one chain
+ * of fused multiply-adds in k order, so a row's result does not depend on how many rows share the
+ * call (the independent chains are the columns and the rows). */
+IFL_ALWAYS_INLINE void kn8_panels(float *acc, int32_t lda, const float *x, int32_t ldx, int32_t K,
+                                  int32_t kb0, int32_t kb1, const void *W, int32_t NB, const int M,
+                                  const ifl_dtype dt)
+{
+    const int cw = dt == IFL_DTYPE_F32 ? 16 : 32, halves = dt == IFL_DTYPE_F32 ? 1 : 2;
+    const size_t blk_bytes = 512;
+    for (int32_t kb = kb0; kb < kb1; kb++) {
+        float xs[4][8];
+        for (int m = 0; m < M; m++)
+            for (int r = 0; r < 8; r++) {
+                int32_t k = kb * 8 + r;
+                xs[m][r] = k < K ? x[(size_t)m * ldx + k] : 0.0f;
+            }
+        const char *panel = (const char *)W + (size_t)kb * NB * blk_bytes;
+        for (int32_t jb = 0; jb < NB; jb++) {
+            const char *blk = panel + (size_t)jb * blk_bytes;
+            for (int l = 0; l < 8; l++)
+                PREFETCH(blk + PF_BYTES + 64 * l);
+            __m512 a[4][2];
+            for (int m = 0; m < M; m++)
+                for (int h = 0; h < halves; h++)
+                    a[m][h] = _mm512_load_ps(acc + (size_t)m * lda + (size_t)jb * cw + 16 * h);
+            for (int r = 0; r < 8; r++) {
+                __m512 v0, v1 = _mm512_setzero_ps();
+                load_panel_row(blk + 64 * r, dt, &v0, &v1);
+                for (int m = 0; m < M; m++) {
+                    __m512 xb = _mm512_set1_ps(xs[m][r]);
+                    a[m][0] = _mm512_fmadd_ps(xb, v0, a[m][0]);
+                    if (halves == 2)
+                        a[m][1] = _mm512_fmadd_ps(xb, v1, a[m][1]);
+                }
+            }
+            for (int m = 0; m < M; m++)
+                for (int h = 0; h < halves; h++)
+                    _mm512_store_ps(acc + (size_t)m * lda + (size_t)jb * cw + 16 * h, a[m][h]);
+        }
+    }
+}
+
+IFL_ALWAYS_INLINE void nk4_panels(float *y, int32_t ldy, const float *xp, int32_t KB, const void *W,
+                                  int32_t g0, int32_t g1, int32_t N, const int M,
+                                  const ifl_dtype dt)
+{
+    const int cw = dt == IFL_DTYPE_F32 ? 16 : 32, halves = dt == IFL_DTYPE_F32 ? 1 : 2;
+    const size_t blk_bytes = 256;
+    const size_t ldx = (size_t)KB * cw;
+    for (int32_t g = g0; g < g1; g++) {
+        const char *prow = (const char *)W + (size_t)g * KB * blk_bytes;
+        __m512 acc[4][4];
+        for (int m = 0; m < M; m++)
+            for (int r = 0; r < 4; r++)
+                acc[m][r] = _mm512_setzero_ps();
+        for (int32_t kb = 0; kb < KB; kb++) {
+            const char *blk = prow + (size_t)kb * blk_bytes;
+            for (int l = 0; l < 4; l++)
+                PREFETCH(blk + PF_BYTES + 64 * l);
+            __m512 w0[4], w1[4];
+            for (int r = 0; r < 4; r++) {
+                w1[r] = _mm512_setzero_ps();
+                load_panel_row(blk + 64 * r, dt, &w0[r], &w1[r]);
+            }
+            for (int m = 0; m < M; m++) {
+                const float *xv = xp + (size_t)m * ldx + (size_t)kb * cw;
+                __m512 x0 = _mm512_loadu_ps(xv);
+                __m512 x1 = halves == 2 ? _mm512_loadu_ps(xv + 16) : _mm512_setzero_ps();
+                for (int r = 0; r < 4; r++) {
+                    acc[m][r] = _mm512_fmadd_ps(x0, w0[r], acc[m][r]);
+                    if (halves == 2)
+                        acc[m][r] = _mm512_fmadd_ps(x1, w1[r], acc[m][r]);
+                }
+            }
+        }
+        for (int m = 0; m < M; m++)
+            for (int r = 0; r < 4 && g * 4 + r < N; r++)
+                y[(size_t)m * ldy + (size_t)(g - g0) * 4 + r] = _mm512_reduce_add_ps(acc[m][r]);
+    }
+}
+
+/* The calls with M and the dtype as constants, so each combination is its own loop nest. */
+#define BY_DTYPE(CALL, MM)                                                                         \
+    do {                                                                                           \
+        if (dt == IFL_DTYPE_F32)                                                                   \
+            CALL(MM, IFL_DTYPE_F32);                                                               \
+        else if (dt == IFL_DTYPE_F16)                                                              \
+            CALL(MM, IFL_DTYPE_F16);                                                               \
+        else                                                                                       \
+            CALL(MM, IFL_DTYPE_BF16);                                                              \
+    } while (0)
+#define BY_M(CALL)                                                                                 \
+    do {                                                                                           \
+        switch (M) {                                                                               \
+        case 1: BY_DTYPE(CALL, 1); break;                                                          \
+        case 2: BY_DTYPE(CALL, 2); break;                                                          \
+        case 3: BY_DTYPE(CALL, 3); break;                                                          \
+        default: BY_DTYPE(CALL, 4); break;                                                         \
+        }                                                                                          \
+    } while (0)
+
+static void kn_panels_avx512(float *acc, int32_t lda, const float *x, int32_t ldx, int32_t K,
+                             int32_t kb0, int32_t kb1, const void *W, int32_t NB, int M,
+                             ifl_dtype dt)
+{
+#define KN(MM, DT) kn8_panels(acc, lda, x, ldx, K, kb0, kb1, W, NB, MM, DT)
+    BY_M(KN);
+#undef KN
+}
+
+static void nk_panels_avx512(float *y, int32_t ldy, const float *xp, int32_t KB, const void *W,
+                             int32_t g0, int32_t g1, int32_t N, int M, ifl_dtype dt)
+{
+#define NK(MM, DT) nk4_panels(y, ldy, xp, KB, W, g0, g1, N, MM, DT)
+    BY_M(NK);
+#undef NK
+}
+
+/* Puts the [even | odd] halves of each 32-column block of p[0..n) back in column order. */
+static void unpermute32(float *p, int32_t n)
+{
+    const __m512i lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512i hi =
+        _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+    for (int32_t j = 0; j < n; j += 32) {
+        __m512 e = _mm512_loadu_ps(p + j), o = _mm512_loadu_ps(p + j + 16);
+        _mm512_storeu_ps(p + j, _mm512_permutex2var_ps(e, lo, o));
+        _mm512_storeu_ps(p + j + 16, _mm512_permutex2var_ps(e, hi, o));
+    }
+}
+
+static void layernorm_avx512(float *out, const float *x, const float *w, const float *b, int32_t C,
+                             float eps)
+{
+    ifl_layernorm_c(out, x, w, b, C, eps);
+}
+
+static void attn_scores_avx512(float *o, const float *q, const float *kt, int32_t D, int32_t BS)
+{
+    ifl_attn_scores_c(o, q, kt, D, BS);
+}
+
+static void attn_values_avx512(float *out, const float *p, const float *vb, int32_t cnt, int32_t D)
+{
+    ifl_attn_values_c(out, p, vb, cnt, D);
+}
+
+/* maxps(v, m) keeps m where v is NaN: the same NaN rule as ifl_max_c. */
+static float max_avx512(const float *x, size_t n)
+{
+    __m512 m0 = _mm512_set1_ps(-INFINITY), m1 = m0;
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        m0 = _mm512_max_ps(_mm512_loadu_ps(x + i), m0);
+        m1 = _mm512_max_ps(_mm512_loadu_ps(x + i + 16), m1);
+    }
+    float m = _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
+    for (; i < n; i++)
+        m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+static void scale_avx512(float *x, float s, size_t n)
+{
+    ifl_scale_c(x, s, n);
+}
+
+static float stream_read_avx512(const float *p, size_t n)
+{
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = 0; i < n; i += 64) {
+        if (i + 1024 < n)
+            for (int j = 0; j < 64; j += 16)
+                PREFETCH(p + i + 1024 + j);
+        a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
+        a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
+        a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
+        a3 = _mm512_add_ps(a3, _mm512_load_ps(p + i + 48));
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+
+/* Twelve independent FMA chains of 16 lanes: enough to cover the latency on two FMA units. */
+static double fma_loop_avx512(int64_t iters, float *sink)
+{
+    __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
+    __m512 a[12];
+    for (int j = 0; j < 12; j++)
+        a[j] = _mm512_set1_ps((float)j);
+    for (int64_t i = 0; i < iters; i++)
+        for (int j = 0; j < 12; j++)
+            a[j] = _mm512_fmadd_ps(a[j], m, c);
+    __m512 s = a[0];
+    for (int j = 1; j < 12; j++)
+        s = _mm512_add_ps(s, a[j]);
+    *sink = _mm512_reduce_add_ps(s);
+    return (double)iters * 12 * 16 * 2;
+}
+
+static const ifl_cpu_kernels k_avx512 = {
+    .isa = IFL_ISA_AVX512,
+    .desc = "AVX-512 kernels at every size",
+    .kn_panels = kn_panels_avx512,
+    .kn_max_m = 4,
+    .nk_panels = nk_panels_avx512,
+    .nk_max_m = 4,
+    .bf16_group = 32,
+    .unpermute_bf16 = unpermute32,
+    .gemm = NULL,
+    .gemm_above = {1 << 30, 1 << 30, 1 << 30},
+    .exp = exp_avx512,
+    .gelu_tanh = gelu_tanh_avx512,
+    .layernorm = layernorm_avx512,
+    .attn_scores = attn_scores_avx512,
+    .attn_values = attn_values_avx512,
+    .max = max_avx512,
+    .scale = scale_avx512,
+    .stream_read = stream_read_avx512,
+    .fma_loop = fma_loop_avx512,
+};
+
+const ifl_cpu_kernels *ifl_kernels_avx512(void)
+{
+    return &k_avx512;
+}
+#else
+const ifl_cpu_kernels *ifl_kernels_avx512(void)
+{
+    return NULL; /* not an x86-64 build, or the compiler lacks the flags */
+}
+#endif
