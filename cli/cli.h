@@ -41,14 +41,18 @@ int cli_weights(const char *cmd, const char *s, ifl_model_opts *o);
 
 /* --device auto|cpu|cuda. */
 int cli_device(const char *cmd, const char *s, ifl_device *out);
-/* The engine start-up of generate and bench (runtime.h): resolves --device and prints
- * "inflight CMD: device cpu|cuda (why)" to stderr, then loads what o asks for into rt. -1 after
- * printing the error (e.g. --device cuda without a usable GPU, a missing model file); rt is then
+/* --isa auto|avx512|avx2|scalar (cpu_isa.h); whether the CPU has it is checked at start-up. */
+int cli_isa(const char *cmd, const char *s, ifl_isa *out);
+/* The engine start-up of generate and bench (runtime.h): resolves --device and --isa and prints
+ * "inflight CMD: device cpu|cuda (why)" and "inflight CMD: isa NAME (why; what the CPU has)" to
+ * stderr, then loads what o asks for into rt. -1 after printing the error (e.g. --device cuda
+ * without a usable GPU, --isa avx512 on a CPU without it, a missing model file); rt is then
  * closed. On success the caller closes rt (ifl_runtime_close). */
-int cli_runtime_open(const char *cmd, ifl_device want, const ifl_runtime_opts *o, ifl_runtime *rt);
+int cli_runtime_open(const char *cmd, ifl_device want, ifl_isa isa, const ifl_runtime_opts *o,
+                     ifl_runtime *rt);
 /* Its two halves (ifl_runtime_load_model, ifl_runtime_start_backends), for a command that checks
  * its options against the model in between; each closes rt after printing an error. */
-int cli_runtime_open_model(const char *cmd, ifl_device want, const ifl_runtime_opts *o,
+int cli_runtime_open_model(const char *cmd, ifl_device want, ifl_isa isa, const ifl_runtime_opts *o,
                            ifl_runtime *rt);
 int cli_runtime_start_backends(const char *cmd, const ifl_runtime_opts *o, ifl_runtime *rt);
 

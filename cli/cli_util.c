@@ -141,13 +141,24 @@ int cli_device(const char *cmd, const char *s, ifl_device *out)
     return 0;
 }
 
-int cli_runtime_open_model(const char *cmd, ifl_device want, const ifl_runtime_opts *o,
+int cli_isa(const char *cmd, const char *s, ifl_isa *out)
+{
+    ifl_err err;
+    if (ifl_isa_parse(s, out, &err)) {
+        fprintf(stderr, "inflight %s: --isa: %s\n", cmd, err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+int cli_runtime_open_model(const char *cmd, ifl_device want, ifl_isa isa, const ifl_runtime_opts *o,
                            ifl_runtime *rt)
 {
     ifl_err err;
-    if (ifl_runtime_resolve(rt, want, &err))
+    if (ifl_runtime_resolve(rt, want, isa, &err))
         goto fail;
     fprintf(stderr, "inflight %s: device %s (%s)\n", cmd, ifl_device_name(rt->device), rt->why);
+    fprintf(stderr, "inflight %s: isa %s (%s)\n", cmd, ifl_isa_name(rt->isa), rt->isa_why);
     if (ifl_runtime_load_model(rt, o, &err))
         goto fail;
     return 0;
@@ -167,9 +178,10 @@ int cli_runtime_start_backends(const char *cmd, const ifl_runtime_opts *o, ifl_r
     return -1;
 }
 
-int cli_runtime_open(const char *cmd, ifl_device want, const ifl_runtime_opts *o, ifl_runtime *rt)
+int cli_runtime_open(const char *cmd, ifl_device want, ifl_isa isa, const ifl_runtime_opts *o,
+                     ifl_runtime *rt)
 {
-    if (cli_runtime_open_model(cmd, want, o, rt))
+    if (cli_runtime_open_model(cmd, want, isa, o, rt))
         return -1;
     return cli_runtime_start_backends(cmd, o, rt);
 }

@@ -33,6 +33,8 @@ static const char *const HELP =
     "  --prefill N        prompt length of the prefill measurement (default 512, 0 = skip)\n"
     "  --repeat N         prefill repetitions, the median is reported (default 3)\n"
     "  --device D         auto | cpu | cuda (default auto: the GPU when there is one)\n"
+    "  --isa I            CPU kernels: auto | avx512 | avx2 | scalar (default auto: $INFLIGHT_ISA\n"
+    "                     when set, else the best this CPU has; one it lacks is an error)\n"
     "  --sgemm-above N    use OpenBLAS sgemm for products of more than N rows (for comparing\n"
     "                     with the default, which uses its own kernels at every size where\n"
     "                     AVX-512 is available)\n";
@@ -304,6 +306,7 @@ typedef struct {
     int n_batches;
     ifl_model_opts mo;
     ifl_device want;
+    ifl_isa isa;
 } engine_opts;
 
 /* --batches LIST into o; -1 after printing the error. */
@@ -342,6 +345,7 @@ static int parse_engine_opts(int argc, char **argv, engine_opts *o)
         {"repeat", required_argument, 0, 'r'},
         {"sgemm-above", required_argument, 0, 'g'},
         {"device", required_argument, 0, 'D'},
+        {"isa", required_argument, 0, 'I'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -354,6 +358,7 @@ static int parse_engine_opts(int argc, char **argv, engine_opts *o)
         switch (c) {
         case 'e': break; /* cmd_bench dispatched here because of it */
         case 'D': bad = cli_device(cmd, optarg, &o->want); break;
+        case 'I': bad = cli_isa(cmd, optarg, &o->isa); break;
         case 'm': o->dir = optarg; break;
         case 'w': bad = cli_weights(cmd, optarg, &o->mo); break;
         case 'T': bad = cli_i32(cmd, "--threads", optarg, 1, 1024, &o->threads); break;
@@ -380,7 +385,8 @@ static int bench_engine(int argc, char **argv)
                      .repeat = 3,
                      .batches = {1, 8, 64},
                      .n_batches = 3,
-                     .want = IFL_DEVICE_AUTO};
+                     .want = IFL_DEVICE_AUTO,
+                     .isa = IFL_ISA_AUTO};
     int st = parse_engine_opts(argc, argv, &o);
     if (st >= 0)
         return st;
@@ -413,7 +419,7 @@ static int bench_engine(int argc, char **argv)
         .sgemm_above = o.sgemm_above,
     };
     ifl_runtime rt = {0};
-    if (cli_runtime_open_model(cmd, o.want, &ro, &rt))
+    if (cli_runtime_open_model(cmd, o.want, o.isa, &ro, &rt))
         return 1;
     if (o.prefill > rt.model.cfg.n_ctx) { /* before the KV pool is sized for it */
         fprintf(stderr, "inflight bench: --prefill %d exceeds the model's context of %d\n",

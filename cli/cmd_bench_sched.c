@@ -51,6 +51,8 @@ static const char *const HELP =
     "  --step-tokens N    token budget per step (default " IFL_STR(IFL_DEFAULT_STEP_TOKENS) ")\n"
     "  --threads N        CPU threads (default: one per core)\n"
     "  --device D         auto | cpu | cuda (default auto: the GPU when there is one)\n"
+    "  --isa I            CPU kernels: auto | avx512 | avx2 | scalar (default auto: $INFLIGHT_ISA\n"
+    "                     when set, else the best this CPU has; one it lacks is an error)\n"
     "  --seed N           seed of the open-loop arrivals and of sampling (default 1)\n"
     "  --long-prompt N    after the iterative profile: min(concurrency, max-batch - 1) requests\n"
     "                     of the prompt decode; once each has 8 tokens an N-token prompt joins\n"
@@ -409,6 +411,7 @@ typedef struct {
     double temperature;
     ifl_model_opts mo;
     ifl_device want;
+    ifl_isa isa;
 } bench_opts;
 
 /* -1: go on; else the exit status (help: 0, a usage error: 2). */
@@ -431,6 +434,7 @@ static int parse_opts(int argc, char **argv, bench_opts *o)
         {"step-tokens", required_argument, 0, 's'},
         {"threads", required_argument, 0, 'j'},
         {"device", required_argument, 0, 'D'},
+        {"isa", required_argument, 0, 'I'},
         {"seed", required_argument, 0, 'S'},
         {"long-prompt", required_argument, 0, 'L'},
         {"help", no_argument, 0, 'h'},
@@ -460,6 +464,7 @@ static int parse_opts(int argc, char **argv, bench_opts *o)
         case 's': bad = cli_i32(cmd, "--step-tokens", optarg, 1, 1 << 16, &cfg->step_tokens); break;
         case 'j': bad = cli_i32(cmd, "--threads", optarg, 1, 1024, &o->threads); break;
         case 'D': bad = cli_device(cmd, optarg, &o->want); break;
+        case 'I': bad = cli_isa(cmd, optarg, &o->isa); break;
         case 'S': bad = cli_u64(cmd, "--seed", optarg, &cfg->seed); break;
         case 'L': bad = cli_i32(cmd, "--long-prompt", optarg, 1, 1 << 20, &cfg->long_prompt); break;
         case 'h': fputs(HELP, stdout); return 0;
@@ -549,7 +554,8 @@ int cmd_bench_scheduler(int argc, char **argv)
                             .seed = 1,
                             .max_batch = IFL_DEFAULT_MAX_BATCH,
                             .step_tokens = IFL_DEFAULT_STEP_TOKENS},
-                    .want = IFL_DEVICE_AUTO};
+                    .want = IFL_DEVICE_AUTO,
+                    .isa = IFL_ISA_AUTO};
     int st = parse_opts(argc, argv, &o);
     if (st >= 0)
         return st;
@@ -582,7 +588,7 @@ int cmd_bench_scheduler(int argc, char **argv)
                            .n_backends = n_pols,
                            .max_seqs = o.cfg.max_batch,
                            .max_tokens = o.cfg.step_tokens};
-    if (cli_runtime_open("bench", o.want, &ro, &rt))
+    if (cli_runtime_open("bench", o.want, o.isa, &ro, &rt))
         goto out;
     if (ifl_tokenizer_encode(rt.tok, o.prompt, strlen(o.prompt), 0, &ids, &err) || ids.n == 0) {
         fprintf(stderr, "inflight bench: the prompt is empty\n");

@@ -38,6 +38,9 @@ static const char *const HELP =
     "  --threads N          CPU threads (default: one per core)\n"
     "  --device D           auto | cpu | cuda (default auto: the GPU when this build has the CUDA\n"
     "                       backend and one is present, else the CPU; the choice is printed)\n"
+    "  --isa I              CPU kernels: auto | avx512 | avx2 | scalar (default auto: $INFLIGHT_ISA\n"
+    "                       when set, else the best this CPU has; one it lacks is an error; the\n"
+    "                       choice is printed)\n"
     "  --logits-out FILE    write the logits of the last prompt token there (V little-endian\n"
     "                       float32), e.g. to compare with another implementation\n";
 /* clang-format on */
@@ -90,6 +93,7 @@ typedef struct {
     uint64_t seed;
     int ignore_eos, print_ids, special;
     ifl_device want;
+    ifl_isa isa;
     ifl_model_opts mo;
 } gen_opts;
 
@@ -116,7 +120,7 @@ static int run_generate(const gen_opts *o)
     }
     ifl_runtime_opts ro = {
         .model_dir = o->dir, .model_opts = o->mo, .threads = o->threads, .max_seqs = 1};
-    if (cli_runtime_open(cmd, o->want, &ro, &rt))
+    if (cli_runtime_open(cmd, o->want, o->isa, &ro, &rt))
         goto out;
     const ifl_model *model = &rt.model;
     const ifl_tokenizer *tok = rt.tok;
@@ -199,6 +203,7 @@ static int parse_opts(int argc, char **argv, gen_opts *o)
         {"weights", required_argument, 0, 'w'},
         {"threads", required_argument, 0, 'T'},
         {"device", required_argument, 0, 'D'},
+        {"isa", required_argument, 0, 'A'},
         {"logits-out", required_argument, 0, 'L'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
@@ -228,6 +233,7 @@ static int parse_opts(int argc, char **argv, gen_opts *o)
         case 'w': bad = cli_weights(cmd, optarg, &o->mo); break;
         case 'T': bad = cli_i32(cmd, "--threads", optarg, 1, 1024, &o->threads); break;
         case 'D': bad = cli_device(cmd, optarg, &o->want); break;
+        case 'A': bad = cli_isa(cmd, optarg, &o->isa); break;
         case 'L': o->logits_path = optarg; break;
         case 'h': fputs(HELP, stdout); return 0;
         case ':': return cli_usage_error(cmd, "an option is missing its value");
@@ -252,7 +258,8 @@ int cmd_generate(int argc, char **argv)
                   .top_p = IFL_DEFAULT_TOP_P,
                   .top_k = IFL_DEFAULT_TOP_K,
                   .seed = (uint64_t)time(NULL),
-                  .want = IFL_DEVICE_AUTO};
+                  .want = IFL_DEVICE_AUTO,
+                  .isa = IFL_ISA_AUTO};
     int st = parse_opts(argc, argv, &o);
     return st >= 0 ? st : run_generate(&o);
 }

@@ -24,6 +24,9 @@ static const char *const HELP =
     "  --port N                TCP port (default 8080; 0 picks a free one, printed at start)\n"
     "  --web DIR               the page's files (default: web/ of the source tree)\n"
     "  --device D              auto | cpu | cuda (default auto)\n"
+    "  --isa I                 CPU kernels: auto | avx512 | avx2 | scalar (default auto:\n"
+    "                          $INFLIGHT_ISA when set, else the best this CPU has; one it lacks\n"
+    "                          is an error); printed at start, in hello and on /metrics\n"
     "  --weights T             hold weights as f32 | f16 | bf16 | auto (default auto: as stored)\n"
     "  --threads N             CPU threads shared by both batchers (default: one per core)\n"
     "  --max-batch N           most running sequences per batcher (default 64)\n"
@@ -69,6 +72,7 @@ int cmd_serve(int argc, char **argv)
         {"port", required_argument, 0, 'p'},
         {"web", required_argument, 0, 'W'},
         {"device", required_argument, 0, 'd'},
+        {"isa", required_argument, 0, 'a'},
         {"weights", required_argument, 0, 'w'},
         {"threads", required_argument, 0, 'j'},
         {"max-batch", required_argument, 0, 'b'},
@@ -116,6 +120,10 @@ int cmd_serve(int argc, char **argv)
             if (strcmp(optarg, "auto") && strcmp(optarg, "cpu") && strcmp(optarg, "cuda"))
                 return cli_usage_error(cmd, "--device must be auto, cpu or cuda");
             o.device = optarg;
+            break;
+        case 'a':
+            if (cli_isa(cmd, optarg, &o.isa))
+                return 2;
             break;
         case 'w':
             if (cli_weights(cmd, optarg, &o.model_opts))

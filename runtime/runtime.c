@@ -1,6 +1,6 @@
-/* runtime.c: the engine start-up (runtime.h): device, model, tokenizer by the vocabulary rule,
- * CPU thread pool, backends, description. Not the device registry itself (device.c) nor anything
- * that runs requests (the batcher). */
+/* runtime.c: the engine start-up (runtime.h): device, CPU kernel family, model, tokenizer by the
+ * vocabulary rule, CPU thread pool, backends, description. Not the device registry itself
+ * (device.c) nor anything that runs requests (the batcher). */
 #include "runtime.h"
 
 #include <stdio.h>
@@ -10,10 +10,30 @@
 #include "threadpool.h"
 #include "util.h"
 
-int ifl_runtime_resolve(ifl_runtime *rt, ifl_device want, ifl_err *err)
+/* --isa (runtime.h): selects the family and says in rt->isa_why where it came from. */
+static int resolve_isa(ifl_runtime *rt, ifl_isa want, ifl_err *err)
+{
+    if (ifl_isa_select(want, err))
+        return -1;
+    rt->isa = ifl_isa_current();
+    const char *env = getenv("INFLIGHT_ISA");
+    int from_env = want == IFL_ISA_AUTO && env && *env && strcmp(env, "auto");
+    if (want == IFL_ISA_AUTO && !from_env)
+        snprintf(rt->isa_why, sizeof rt->isa_why, "auto: the best this CPU has; it has %s",
+                 ifl_cpu_features());
+    else
+        snprintf(rt->isa_why, sizeof rt->isa_why, "%s%s; the CPU has %s",
+                 from_env ? "$INFLIGHT_ISA=" : "--isa ", ifl_isa_name(rt->isa), ifl_cpu_features());
+    return 0;
+}
+
+int ifl_runtime_resolve(ifl_runtime *rt, ifl_device want, ifl_isa isa, ifl_err *err)
 {
     memset(rt, 0, sizeof *rt);
     rt->device = IFL_DEVICE_CPU;
+    rt->isa = IFL_ISA_SCALAR;
+    if (resolve_isa(rt, isa, err))
+        return -1;
     return ifl_device_resolve(want, &rt->device, rt->why, (int)sizeof rt->why, err);
 }
 
@@ -105,6 +125,9 @@ int ifl_runtime_start_backends(ifl_runtime *rt, const ifl_runtime_opts *o, ifl_e
         rt->n_backends = i + 1;
     }
     ifl_backend_describe(rt->be[0], rt->desc, (int)sizeof rt->desc);
+    size_t len = strlen(rt->desc);
+    snprintf(rt->desc + len, sizeof rt->desc - len, ", %sisa %s",
+             rt->device == IFL_DEVICE_CPU ? "" : "host ", ifl_isa_name(rt->isa));
     return 0;
 }
 

@@ -1,7 +1,7 @@
 /* runtime.h: the one engine start-up of `serve`, `generate`, `bench --engine` and `bench`: the
- * device (device.h), the model in the layout that device's backend wants, the tokenizer by one
- * vocabulary rule, the CPU thread pool, N backends sized as asked, and one description line; and
- * the one call that frees it all.
+ * device (device.h), the CPU kernel family (cpu_isa.h), the model in the layout that device's
+ * backend wants, the tokenizer by one vocabulary rule, the CPU thread pool, N backends sized as
+ * asked, and one description line; and the one call that frees it all.
  *
  * The vocabulary rule: an explicit vocab_dir must hold a vocabulary (else an error); without one,
  * the model directory, then $INFLIGHT_VOCAB_DIR (when set), then the built-in default
@@ -11,8 +11,13 @@
  *
  * Use (the server's order; the CLI does the same on one thread):
  *     ifl_runtime rt;
- *     ifl_runtime_resolve(&rt, want, &err);   main thread, at start: --device cuda without a GPU
- *                                             fails here; rt.device, rt.why are set
+ *     ifl_runtime_resolve(&rt, want, isa, &err);  main thread, at start, before any thread that
+ *                                             computes: --device cuda without a GPU and --isa
+ *                                             avx512 on a CPU without it fail here; rt.device,
+ *                                             rt.why, rt.isa, rt.isa_why are set, and rt.isa is
+ *                                             the process's family (ifl_isa_select: the CPU
+ *                                             backend's kernels, and the sampler's helpers also
+ *                                             on CUDA)
  *     ifl_runtime_load(&rt, &opts, &err);     one thread (the server's loader): rt.model, rt.tok,
  *                                             rt.pool, rt.be[0..n), rt.desc; granted sizes in
  *                                             rt.be[i]->params (kv_blocks, kv_block_size)
@@ -27,6 +32,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "cpu_isa.h"
 #include "device.h"
 #include "error.h"
 #include "model.h"
@@ -54,6 +60,9 @@ typedef struct {
     /* set by ifl_runtime_resolve */
     ifl_device device; /* IFL_DEVICE_CPU or IFL_DEVICE_CUDA */
     char why[320];     /* why that device ("auto: no usable CUDA device: ...; using the CPU") */
+    ifl_isa isa;       /* the CPU kernel family in use (never IFL_ISA_AUTO) */
+    char isa_why[256]; /* where it came from and what the CPU has ("auto: the best this CPU has;
+                        * it has avx2 fma f16c") */
     /* set by ifl_runtime_load */
     ifl_model model;
     ifl_tokenizer *tok;          /* NULL with no_tokenizer */
@@ -61,11 +70,15 @@ typedef struct {
     struct ifl_threadpool *pool; /* the CPU's one pool, shared by every backend; NULL on CUDA */
     ifl_backend *be[IFL_RUNTIME_MAX_BACKENDS];
     int32_t n_backends;
-    char desc[256]; /* be[0]'s description: device, threads, kernels, weights, KV pool */
+    char desc[320]; /* be[0]'s description (device, threads, kernels, weights, KV pool), then
+                     * ", isa NAME" (on CUDA ", host isa NAME": the sampler's helpers) */
 } ifl_runtime;
 
-/* Clears rt, then resolves --device (ifl_device_resolve) into rt->device and rt->why. */
-int ifl_runtime_resolve(ifl_runtime *rt, ifl_device want, ifl_err *err);
+/* Clears rt, then resolves --device (ifl_device_resolve) into rt->device and rt->why, and --isa
+ * (IFL_ISA_AUTO: $INFLIGHT_ISA when set, else the best the CPU has) into rt->isa and rt->isa_why,
+ * making it the process's family (ifl_isa_select). An ISA the CPU lacks is an error naming what it
+ * has ("--isa avx512: this CPU cannot run it (it has: avx2 fma f16c)"). */
+int ifl_runtime_resolve(ifl_runtime *rt, ifl_device want, ifl_isa isa, ifl_err *err);
 
 /* Loads everything for the resolved device (see the top of this file): ifl_runtime_load_model,
  * then ifl_runtime_start_backends. On failure err says what and where; what was made so far stays

@@ -149,6 +149,7 @@ static int http_text(srv_conn *c, struct lws *wsi, int status, const char *text,
 static void live_stats(server *s, metrics_live *live)
 {
     memset(live, 0, sizeof *live);
+    live->isa = ifl_isa_name(s->rt.isa); /* resolved before the service started */
     live->ready = atomic_load(&s->ready) && !s->stopping;
     if (s->log.db) {
         live->db_enabled = 1;

@@ -221,6 +221,10 @@ static void render_db(const metrics_live *live, strbuf *sb)
 
 void metrics_render(const metrics *m, const metrics_live *live, strbuf *sb)
 {
+    family(sb, "inflight_build_info", "gauge",
+           "Always 1: the server's version and the CPU kernel family in use (--isa).");
+    sb_printf(sb, "inflight_build_info{version=\"%s\",isa=\"%s\"} 1\n", INFLIGHT_VERSION,
+              live->isa ? live->isa : "unknown");
     render_requests(m, sb);
     render_batchers(live, sb);
     render_connections(m, sb);

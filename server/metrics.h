@@ -59,6 +59,7 @@ typedef struct {
     int ready;
     int db_enabled; /* --db given */
     ifl_dblog_stats db;
+    const char *isa; /* the CPU kernel family in use (cpu_isa.h), for inflight_build_info */
 } metrics_live;
 
 /* Renders everything into sb (appending). */

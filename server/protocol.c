@@ -479,6 +479,8 @@ void proto_write_hello(strbuf *sb, const proto_hello *h)
     put_str(sb, h->weights);
     sb_puts(sb, ",\"device\":");
     put_str(sb, h->device);
+    sb_puts(sb, ",\"isa\":");
+    put_str(sb, h->isa);
     sb_printf(sb,
               "},\"policies\":[\"iterative\",\"static\"],\"limits\":{\"max_context\":%d,"
               "\"max_tokens\":%d,\"max_message_bytes\":%d,\"max_requests_in_flight\":%d,"

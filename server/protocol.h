@@ -66,6 +66,7 @@ typedef struct {
     const char *session; /* 16 hex digits */
     const char *server;  /* "inflight 0.1.0" */
     const char *model_path, *weights, *device;
+    const char *isa; /* the CPU kernel family in use: "avx512", "avx2", "scalar" */
     int32_t n_layer, n_head, n_embd, n_ctx, n_vocab;
     int32_t max_tokens, max_message, max_inflight, max_batch, max_queue, max_outbox;
     int32_t def_max_tokens, def_top_k;

@@ -31,6 +31,7 @@ void ifl_server_opts_default(ifl_server_opts *o)
     o->port = 8080;
     o->web_dir = NULL;
     o->device = "auto";
+    o->isa = IFL_ISA_AUTO;
     o->model_opts.cpu_layout = 1;
     o->max_batch = IFL_DEFAULT_MAX_BATCH;
     o->max_queue = IFL_DEFAULT_MAX_QUEUE;
@@ -151,6 +152,7 @@ static void print_ready(const server *s, int32_t step_tokens, double seconds)
            o->model_dir, c->n_layer, c->n_head, c->n_embd, c->n_ctx,
            ifl_model_dtype_name(&s->rt.model));
     printf("inflight serve: device %s (%s)\n", s->rt.desc, s->rt.why);
+    printf("inflight serve: isa %s (%s)\n", ifl_isa_name(s->rt.isa), s->rt.isa_why);
     printf("inflight serve: batchers iterative + static: max_batch %d, max_queue %d, step "
            "budget %d tokens, KV %d blocks x %d tokens each\n",
            o->max_batch, o->max_queue, step_tokens, gp->kv_blocks, gp->kv_block_size);
@@ -370,7 +372,8 @@ static int service_loop(server *s)
     return rc;
 }
 
-/* Resolves --device before anything starts, so that a missing GPU fails at once. */
+/* Resolves --device and --isa before anything starts, so that a missing GPU or instruction set
+ * fails at once. */
 static int resolve_device(server *s)
 {
     ifl_device want;
@@ -380,7 +383,7 @@ static int resolve_device(server *s)
                 s->o->device);
         return -1;
     }
-    if (ifl_runtime_resolve(&s->rt, want, &err)) {
+    if (ifl_runtime_resolve(&s->rt, want, s->o->isa, &err)) {
         fprintf(stderr, "inflight serve: %s\n", err.msg);
         return -1;
     }

@@ -14,6 +14,7 @@
 
 #include <stdint.h>
 
+#include "cpu_isa.h"
 #include "model.h"
 
 typedef struct {
@@ -23,6 +24,7 @@ typedef struct {
     int port;              /* 0: a free port, printed */
     const char *web_dir;   /* the page's files */
     const char *device;    /* "auto", "cpu", "cuda" */
+    ifl_isa isa;           /* the CPU kernels (IFL_ISA_AUTO: $INFLIGHT_ISA, else the best) */
     ifl_model_opts model_opts;
     int32_t threads;     /* CPU threads (0: one per core) */
     int32_t max_batch;   /* per batcher */

@@ -262,6 +262,7 @@ static void send_hello(server *s, srv_conn *c)
                      .model_path = s->o->model_dir,
                      .weights = ifl_model_dtype_name(&s->rt.model),
                      .device = s->rt.desc,
+                     .isa = ifl_isa_name(s->rt.isa),
                      .n_layer = cfg->n_layer,
                      .n_head = cfg->n_head,
                      .n_embd = cfg->n_embd,

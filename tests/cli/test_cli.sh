@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # test_cli.sh: the `inflight` binary end to end: help and usage errors, make-model, tokenize against
 # the JavaScript reference, generate (reproducible with a seed, --ids equal to the streamed text),
-# and clear errors with non-zero exits for bad models and bad options.
+# --device and --isa (what is chosen is printed; an ISA the CPU lacks is refused, on CPUs emulated
+# by qemu-user-static where this one has every family), and clear errors with non-zero exits for
+# bad models and bad options.
 # usage: test_cli.sh INFLIGHT_BINARY VOCAB_DIR
 set -u
 bin=$1
@@ -95,6 +97,69 @@ else
     sh -c "'$bin' generate --model '$m' --prompt hi -n 3 --device cuda --ids >/dev/null 2>&1"
 fi
 expect_exit 2 "--device must be auto, cpu or cuda, not 'tpu'" "$bin" generate --model "$m" --prompt hi --device tpu
+# --isa: the CPU kernel family is printed with where it came from; scalar runs anywhere; --isa beats
+# $INFLIGHT_ISA, which is the fallback; a bad name is a usage error (generate, bench, serve); one the
+# CPU lacks is an error naming what it has (checkable only where the CPU lacks one: the best + 1).
+isagen() { env -u INFLIGHT_ISA "$bin" generate --model "$m" --prompt hi -n 3 --ids "$@"; }
+isagen --isa scalar >"$tmp/isa.out" 2>"$tmp/isa.err"
+check "--isa scalar generates 3 ids ($(cat "$tmp/isa.out"))" test "$(wc -w <"$tmp/isa.out")" -eq 3
+check "--isa scalar is printed: $(grep -m1 'isa scalar (' "$tmp/isa.err")" \
+  grep -q "^inflight generate: isa scalar (--isa scalar; the CPU has " "$tmp/isa.err"
+check "the description line ends with isa scalar" grep -qE "; cpu: .*, isa scalar$" "$tmp/isa.err"
+INFLIGHT_ISA=scalar "$bin" generate --model "$m" --prompt hi -n 1 >/dev/null 2>"$tmp/isa.env"
+check "\$INFLIGHT_ISA=scalar is the fallback" grep -q "isa scalar (\$INFLIGHT_ISA=scalar;" "$tmp/isa.env"
+INFLIGHT_ISA=bogus "$bin" generate --model "$m" --prompt hi -n 1 --isa scalar >/dev/null 2>"$tmp/isa.over"
+check "--isa beats \$INFLIGHT_ISA" grep -q "isa scalar (--isa scalar;" "$tmp/isa.over"
+expect_exit 1 "\\\$INFLIGHT_ISA: unknown instruction set 'bogus'" env INFLIGHT_ISA=bogus "$bin" generate --model "$m" --prompt hi -n 1
+expect_exit 2 "--isa: unknown instruction set 'bogus' \(want auto, avx512, avx2 or scalar\)" \
+  "$bin" generate --model "$m" --prompt hi --isa bogus
+expect_exit 2 "--isa: unknown instruction set 'fast'" "$bin" bench --model "$m" --isa fast
+expect_exit 2 "--isa: unknown instruction set 'sse'" "$bin" bench --engine --model "$m" --isa sse
+if "$bin" serve --help >/dev/null 2>&1; then
+  expect_exit 2 "--isa: unknown instruction set 'neon'" "$bin" serve --model "$m" --isa neon
+fi
+# refused(WRAPPER...): the CPU's best family as `--isa auto` reports it, and, when there is a
+# better one, that asking for it is refused with the CPU's list. WRAPPER (e.g. an emulated CPU)
+# runs the binary; both runs stop before the model loads (no model there / the refusal), so no
+# kernel runs. Sets isa_lacks (empty: no better family; "sigill": the binary cannot run there).
+refused() {
+  local best rc
+  env -u INFLIGHT_ISA "$@" "$bin" generate --model "$tmp/no-model" --prompt hi >/dev/null 2>"$tmp/isa.auto"
+  rc=$?
+  if [ "$rc" -eq 132 ]; then isa_lacks=sigill; return; fi
+  best=$(sed -n 's/^inflight generate: isa \([a-z0-9]*\) (auto: the best this CPU has; it has .*)$/\1/p' "$tmp/isa.auto")
+  check "--isa auto names the best family${1:+ under $*} ($best)" test -n "$best"
+  case "$best" in scalar) isa_lacks=avx2 ;; avx2) isa_lacks=avx512 ;; *) isa_lacks= ;; esac
+  if [ -n "$isa_lacks" ]; then
+    expect_exit 1 "--isa $isa_lacks: this CPU cannot run it \(it has: [a-z0-9_ /]+\)" \
+      "$@" "$bin" generate --model "$m" --prompt hi --isa "$isa_lacks"
+  fi
+}
+isa_skip() {
+  if [ "${CI:-}" = true ]; then fail "CI=true: $1"; else echo "NOTE: $1 (under CI=true this fails)"; fi
+}
+refused
+if [ -z "$isa_lacks" ]; then
+  # this CPU runs every family: the refusal is checked on CPUs without them, emulated by qemu
+  # (qemu-user-static: cpuid reports the emulated model's features)
+  for i in avx2 avx512; do
+    check "--isa $i generates on this CPU" sh -c "'$bin' generate --model '$m' --prompt hi -n 3 --isa $i --ids >/dev/null 2>&1"
+  done
+  qemu=$(command -v qemu-x86_64-static || command -v qemu-x86_64 || true)
+  if [ -n "$qemu" ] && [ "$(uname -m)" = x86_64 ]; then
+    echo "     (this CPU runs every family: checking the refusals on CPUs emulated by $qemu)"
+    refused "$qemu" -cpu Haswell # avx2 fma f16c, no AVX-512
+    if [ "$isa_lacks" = sigill ]; then
+      isa_skip "the binary dies of SIGILL on an emulated Haswell (built with INFLIGHT_NATIVE=ON?): the refusal of an ISA the CPU lacks is not checked"
+    else
+      check "under qemu -cpu Haswell the best is avx2" test "$isa_lacks" = avx512
+      refused "$qemu" -cpu Nehalem # none of them
+      check "under qemu -cpu Nehalem the best is scalar" test "$isa_lacks" = avx2
+    fi
+  else
+    isa_skip "this CPU runs every family and there is no qemu-x86_64(-static) to emulate one that does not: the refusal of an ISA the CPU lacks is not checked"
+  fi
+fi
 # --logits-out: V float32 of the last prompt token, whose argmax is the greedy first token
 "$bin" generate --model "$m" --prompt "Once upon a time" -n 1 --temperature 0 --ids --device cpu \
   --logits-out "$tmp/logits.f32" >"$tmp/first" 2>/dev/null

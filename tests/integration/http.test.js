@@ -6,7 +6,9 @@
 //    missing files and directories, dotfiles and symlinks leading outside, directory escape attempts
 //    (raw requests: ../, %2e%2e, %2f, //, backslashes, NUL) all 400/403/404 and never leaking content;
 //    /healthz, /readyz, /metrics (text/plain; version=0.0.4), HEAD, POST/PUT/DELETE -> 405 with
-//    Allow, /ws without upgrade -> 426, a WebSocket upgrade at another path refused.
+//    Allow, /ws without upgrade -> 426, a WebSocket upgrade at another path refused; run with
+//    --isa scalar, which the start-up line, hello's model.isa and /metrics' inflight_build_info
+//    name.
 //  - a server with the repository's web/ (whatever files it holds at test time): each served with
 //    the Content-Type of its extension and its exact bytes.
 const fs = require('fs');
@@ -96,7 +98,8 @@ L.main('http', async () => {
   fs.symlinkSync(outside, path.join(web, 'dirlink'));
   fs.symlinkSync(path.join(web, 'a.js'), path.join(web, 'link-in.js')); // inside: allowed or not, never a leak
 
-  const srv = await L.startServer(bin, vocab, model, ['--web', web, '--no-request-log']);
+  // --isa scalar (any CPU has it): the start-up line, hello and /metrics name it (checked below)
+  const srv = await L.startServer(bin, vocab, model, ['--web', web, '--no-request-log', '--isa', 'scalar']);
   const served = [];
   for (const f of ['index.html', 'a.js', 'b.css', 'c.svg', 'd.json', 'e.txt', 'big.js', 'sub/g.js'])
     served.push(await checkFile(srv, web, f));
@@ -198,8 +201,10 @@ L.main('http', async () => {
     L.check(!opened, `a WebSocket upgrade at ${p} was accepted`);
     L.log(`WebSocket upgrade at ${p}: refused (${why})`);
   }
-  // and /ws itself works
+  // and /ws itself works; its hello names the ISA asked for, as do the start-up line and /metrics
   const c = await L.Client.open(srv.port, { name: 'ws' });
+  await L.checkIsa(srv, c.hello, await L.fetchMetrics(srv.port),
+    { want: 'scalar', whyRe: /^--isa scalar; the CPU has [a-z0-9_ /]+$/ });
   c.close();
   await c.closed;
   srv.assertAlive();

@@ -401,6 +401,30 @@ async function fetchMetrics(port) {
   return parseMetrics(r.body.toString('utf8'));
 }
 
+// The CPU kernel family the server uses, named the same in three places: the start-up line
+// ("inflight serve: isa NAME (WHY)"), hello's model.isa (and the end of model.device), and the isa
+// label of /metrics' inflight_build_info. want: the family asked for (null: any); WHY must match
+// whyRe when given. Returns {isa, why}.
+async function checkIsa(srv, hello, metrics, { want = null, whyRe = null } = {}) {
+  const line = await until(() => /^inflight serve: isa (\S+) \((.*)\)$/m.exec(srv.stdout), 10000,
+    'the start-up line naming the ISA');
+  const [, isa, why] = line;
+  check(['avx512', 'avx2', 'scalar'].includes(isa), `the start-up line names ISA ${JSON.stringify(isa)}`);
+  if (want !== null) eq(isa, want, 'the ISA of the start-up line');
+  if (whyRe) check(whyRe.test(why), `the start-up line says why ${JSON.stringify(why)}: not ${whyRe}`);
+  eq(hello.model.isa, isa, 'hello model.isa vs the start-up line');
+  check(hello.model.device.endsWith(`, isa ${isa}`),
+    `hello model.device ${JSON.stringify(hello.model.device)} does not end with ", isa ${isa}"`);
+  const bi = metrics.samples.filter((x) => x.name === 'inflight_build_info');
+  eq(bi.length, 1, '/metrics inflight_build_info samples');
+  eq(bi[0].value, 1, 'inflight_build_info value');
+  eq(bi[0].labels.isa, isa, 'inflight_build_info{isa} vs the start-up line');
+  eq(`inflight ${bi[0].labels.version}`, hello.server, 'inflight_build_info{version} vs hello.server');
+  log(`ISA ${isa} (${why}): the start-up line, hello (model.isa, model.device) and ` +
+    `inflight_build_info${JSON.stringify(bi[0].labels)} agree`);
+  return { isa, why };
+}
+
 // ---- WebSocket client ----------------------------------------------------------------------------
 
 let SEQ = 0; // arrival order across every client of the process
@@ -882,6 +906,6 @@ function percentile(xs, p) {
 module.exports = {
   REPO, QUICK, IN_CI, cannotCheck, WebSocket, TestFailure, fail, check, eq, log, sleep, until, withTimeout, onCleanup,
   tmpDir, parseArgs, makeModel, generateRef, startServer, httpRequest, rawHttp, parseMetrics,
-  parseLabels, parseValue, fetchMetrics, Client, summarize, checkRequestFrames, RawWs, encodeFrame,
+  parseLabels, parseValue, fetchMetrics, checkIsa, Client, summarize, checkRequestFrames, RawWs, encodeFrame,
   main, now, percentile, tail, childEnv, httpAnswered,
 };

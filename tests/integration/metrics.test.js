@@ -10,7 +10,8 @@
 //  (c) holds the values of the workload: requests_total by policy and finish reason, generated and
 //      prompt tokens, time-to-first-token / inter-token / queue / duration counts, steps (= the
 //      step frames a subscriber got, and batch_size sum = their sequences), errors by code,
-//      connections, WebSocket frames and bytes, HTTP requests, the gauges back at 0.
+//      connections, WebSocket frames and bytes, HTTP requests, the gauges back at 0, and
+//      inflight_build_info{version,isa} naming the ISA of the start-up line and of hello.
 const { spawnSync } = require('child_process');
 const fs = require('fs');
 const L = require('./lib');
@@ -384,6 +385,10 @@ L.main('metrics', async () => {
   L.eq(m.get('inflight_step_frames_dropped_total'), 0, 'step_frames_dropped_total');
   L.eq(m.get('inflight_http_requests_total'), httpAnswered, 'http_requests_total vs HTTP answers this test received');
   L.eq(m.get('inflight_ready'), 1, 'inflight_ready');
+  // the CPU kernel family (no --isa: $INFLIGHT_ISA when set, else the best the CPU has)
+  const envIsa = process.env.INFLIGHT_ISA && process.env.INFLIGHT_ISA !== 'auto' ? process.env.INFLIGHT_ISA : null;
+  await L.checkIsa(srv, a.hello, m,
+    { want: envIsa, whyRe: envIsa ? new RegExp(`^\\$INFLIGHT_ISA=${envIsa}; the CPU has `) : /^auto: the best this CPU has; it has / });
   const start = m.get('inflight_start_time_seconds');
   L.check(Math.abs(start - Date.now() / 1000) < 600, `start_time_seconds ${start} is not about now (${Date.now() / 1000})`);
   // a series, once exposed, stays (a vanishing series breaks rate() and alerts)

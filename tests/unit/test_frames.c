@@ -110,6 +110,7 @@ static void check_hello(const cJSON *ex)
                      .model_path = str(m, "path"),
                      .weights = str(m, "weights"),
                      .device = str(m, "device"),
+                     .isa = str(m, "isa"),
                      .n_layer = (int32_t)num(m, "n_layer"),
                      .n_head = (int32_t)num(m, "n_head"),
                      .n_embd = (int32_t)num(m, "n_embd"),
