@@ -5,16 +5,19 @@
 #   3. ThreadSanitizer over the FIFO, the batcher, the thread pool and kernels, and the server under
 #      load
 #      (built without OpenBLAS, which is not instrumented);
-#   4. valgrind memcheck over the model-loading, tokenizer and forward-pass tests.
+#   4. valgrind memcheck over the model-loading, tokenizer and forward-pass tests;
+#   5. aarch64: the engine cross-compiled with Debian's gcc-aarch64-linux-gnu (scalar kernels) and
+#      its C tests run under qemu-user-static (scripts/test-aarch64.sh, which says which and why).
 # Stages 1 and 2 build the CUDA backend where nvcc is found (its GPU tests skip without a GPU);
-# stages 3 and 4 build without it (INFLIGHT_CUDA=OFF), as a machine without nvcc would.
-# The sanitizer stages run with IFL_TEST_QUICK=1 where a test has smaller sizes for slow builds
-# (stage 3); no test's verdict depends on how fast the machine is.
+# stages 3 to 5 build without it (INFLIGHT_CUDA=OFF), as a machine without nvcc would.
+# The sanitizer stages and the emulated one run with IFL_TEST_QUICK=1 where a test has smaller
+# sizes for slow builds (stages 3 and 5); no test's verdict depends on how fast the machine is.
 #
 # Environment:
 #   INFLIGHT_NATIVE=OFF  builds every stage without -march=native: no AVX-512 panel kernels, the
 #                        speed a machine without AVX-512 gets (the valgrind stage always builds so:
-#                        valgrind cannot run AVX-512 code). ON, or unset, keeps each stage's default.
+#                        valgrind cannot run AVX-512 code; so does the aarch64 stage). ON, or unset,
+#                        keeps each stage's default.
 #   CI=true              a test that cannot make a check it was written to make (a missing tool, no
 #                        root for its tmpfs mounts) fails instead of skipping it (GPU tests still
 #                        skip without a GPU).
@@ -81,6 +84,10 @@ end
 begin "valgrind memcheck"
 scripts/build.sh build-valgrind -DCMAKE_BUILD_TYPE=Debug -DINFLIGHT_NATIVE=OFF -DINFLIGHT_CUDA=OFF
 ctest --test-dir build-valgrind --output-on-failure --no-tests=error -j "$jobs" -L valgrind
+end
+
+begin "aarch64 cross build, C tests under qemu"
+scripts/test-aarch64.sh build-aarch64
 end
 
 echo "== all $stage stages passed in $((SECONDS - t_all)) s"
