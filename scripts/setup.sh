@@ -4,7 +4,9 @@
 # the tests). Idempotent: installs only what is missing. Needs root or sudo for apt-get.
 # usage: scripts/setup.sh [--test]   (--test: also what the tests need: Debian's chromium for the
 #                                    browser test, prometheus for promtool, the sqlite3 shell
-#                                    the db tests read the log with)
+#                                    the db tests read the log with; for the aarch64 stage
+#                                    (scripts/test-aarch64.sh) the cross gcc, qemu-user-static and
+#                                    cJSON for arm64, which makes arm64 a dpkg foreign architecture)
 # Used by scripts/serve.sh and (with --test) scripts/test.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,8 +16,11 @@ APT_PACKAGES=(
   libopenblas-dev libcjson-dev libwebsockets-dev libsqlite3-dev
   python3 python3-numpy valgrind
 )
+test_set=0
 if [ "${1:-}" = "--test" ]; then
+  test_set=1
   APT_PACKAGES+=(chromium prometheus curl sqlite3)
+  APT_PACKAGES+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static libcjson-dev:arm64)
 fi
 
 sudo_cmd=()
@@ -42,6 +47,11 @@ fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
+  # libcjson-dev:arm64 comes from Debian's arm64 archive (multiarch): the update below reads it too
+  if [ "$test_set" = 1 ] && ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    echo "setup: adding arm64 as a dpkg foreign architecture (cJSON for the aarch64 stage)"
+    "${sudo_cmd[@]}" dpkg --add-architecture arm64
+  fi
   "${sudo_cmd[@]}" apt-get update -qq
   "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 else

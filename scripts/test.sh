@@ -6,13 +6,15 @@
 #      load (built without OpenBLAS, which is not instrumented; the kernel tests' vector families,
 #      whose threading is the scalar one's);
 #   4. valgrind memcheck over the model-loading, tokenizer and forward-pass tests (the scalar and
-#      avx2 kernel families: valgrind cannot run AVX-512 code).
+#      avx2 kernel families: valgrind cannot run AVX-512 code);
+#   5. aarch64: the engine cross-compiled with Debian's gcc-aarch64-linux-gnu (scalar kernels) and
+#      its C tests run under qemu-user-static (scripts/test-aarch64.sh, which says which and why).
 # The kernel tests (test_matmul, test_golden, test_batched, test_sampler) run once per CPU kernel
 # family (NAME_scalar, NAME_avx2, NAME_avx512); a family this CPU lacks is reported skipped.
 # Stages 1 and 2 build the CUDA backend where nvcc is found (its GPU tests skip without a GPU);
-# stages 3 and 4 build without it (INFLIGHT_CUDA=OFF), as a machine without nvcc would.
-# The sanitizer stages run with IFL_TEST_QUICK=1 where a test has smaller sizes for slow builds
-# (stage 3); no test's verdict depends on how fast the machine is.
+# stages 3 to 5 build without it (INFLIGHT_CUDA=OFF), as a machine without nvcc would.
+# The sanitizer stages and the emulated one run with IFL_TEST_QUICK=1 where a test has smaller
+# sizes for slow builds (stages 3 and 5); no test's verdict depends on how fast the machine is.
 #
 # Environment:
 #   INFLIGHT_NATIVE=ON   builds stages 1-3 with -march=native (the default is the portable build
@@ -87,6 +89,10 @@ end
 begin "valgrind memcheck"
 scripts/build.sh build-valgrind -DCMAKE_BUILD_TYPE=Debug -DINFLIGHT_NATIVE=OFF -DINFLIGHT_CUDA=OFF
 ctest --test-dir build-valgrind --output-on-failure --no-tests=error -j "$jobs" -L valgrind
+end
+
+begin "aarch64 cross build, C tests under qemu"
+scripts/test-aarch64.sh build-aarch64
 end
 
 echo "== all $stage stages passed in $((SECONDS - t_all)) s"
