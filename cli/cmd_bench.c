@@ -13,6 +13,7 @@
 #include "kv.h"
 #include "make_model.h"
 #include "rng.h"
+#include "sampler.h"
 #include "runtime.h"
 #include "threadpool.h"
 #include "util.h"
@@ -253,6 +254,42 @@ static double compute_peak(const ifl_runtime *rt)
     return peak;
 }
 
+/* The sampler alone over one row of V logits (normal, sd 3, like a trained model's spread): mean
+ * microseconds per draw for greedy, top-k 40, top-p 0.95, and both (temperature 0.8), printed. */
+static int bench_sampler(int32_t V, ifl_err *err)
+{
+    static const struct {
+        const char *name;
+        ifl_sampling p;
+    } modes[] = {{"greedy", {.temperature = 0, .top_p = 1}},
+                 {"top-k 40", {.temperature = 0.8f, .top_k = 40, .top_p = 1}},
+                 {"top-p 0.95", {.temperature = 0.8f, .top_p = 0.95f}},
+                 {"top-k 40 + top-p 0.95", {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f}}};
+    float *logits = malloc((size_t)V * sizeof *logits);
+    ifl_sampler smp = {0};
+    if (!logits || ifl_sampler_init(&smp, V, err)) {
+        free(logits);
+        return logits ? -1 : ifl_err_set(err, "out of memory");
+    }
+    ifl_rng rng;
+    ifl_rng_seed(&rng, 7);
+    for (int32_t i = 0; i < V; i++)
+        logits[i] = (float)(3.0 * ifl_rng_normal(&rng));
+    printf("  sampler over %d logits (us per draw):", V);
+    for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
+        const int reps = 200;
+        double t = ifl_now_s();
+        for (int r = 0; r < reps; r++) /* another translation unit: not optimised away */
+            (void)ifl_sample_u(&smp, logits, &modes[m].p, (r + 0.5) / reps);
+        t = ifl_now_s() - t;
+        printf("%s %s %.1f", m ? "," : "", modes[m].name, t / reps * 1e6);
+    }
+    printf("\n");
+    ifl_sampler_free(&smp);
+    free(logits);
+    return 0;
+}
+
 /* The measurements of bench --engine, on a started engine (one backend). */
 static int bench_engine_run(const ifl_runtime *rt, const char *dir, const int32_t *batches,
                             int n_batches, int32_t steps, int32_t prefill, int32_t repeat)
@@ -265,6 +302,10 @@ static int bench_engine_run(const ifl_runtime *rt, const char *dir, const int32_
     double gbs, wbytes, kv_per_tok;
     memory_floor(rt, &gbs, &wbytes, &kv_per_tok);
     double peak = compute_peak(rt);
+    if (bench_sampler(mc->n_vocab, &err)) {
+        fprintf(stderr, "inflight bench: sampler: %s\n", err.msg);
+        return 1;
+    }
     for (int i = 0; i < n_batches; i++) {
         int32_t B = batches[i];
         int32_t st = steps ? steps : (B == 1 ? 64 : 32);

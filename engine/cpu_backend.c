@@ -52,6 +52,7 @@ typedef struct {
     size_t block_floats; /* L * 2 * H * D * BS */
     /* run state, one allocation */
     void *arena;
+    size_t arena_bytes;
     float *x;          /* (T, C) residual stream */
     float *xn;         /* (T, C) normalised input of a sub-layer */
     float *qkv;        /* (T, 3C) */
@@ -317,21 +318,22 @@ static void cpu_free(ifl_backend *base)
     free(be->layers);
     if (be->kv)
         munmap(be->kv, be->kv_bytes);
-    free(be->arena);
+    if (be->arena)
+        munmap(be->arena, be->arena_bytes);
     free(be);
 }
 
 /* Which kernels the step runs, into buf. */
 static void kernels_desc(const cpu_backend *be, char *buf, size_t cap)
 {
-    int n = snprintf(buf, cap, "isa %s (%s", ifl_isa_name(be->k->isa), ifl_cpu_kernels_desc(be->k));
+    int n = snprintf(buf, cap, "%s", ifl_cpu_kernels_desc(be->k)); /* the runtime names the isa */
 #ifdef INFLIGHT_HAVE_BLAS
     if (be->base.params.sgemm_above > 0 && n > 0 && (size_t)n < cap)
-        n += snprintf(buf + n, cap - (size_t)n, ", OpenBLAS sgemm above %d rows",
-                      be->base.params.sgemm_above);
+        snprintf(buf + n, cap - (size_t)n, ", OpenBLAS sgemm above %d rows",
+                 be->base.params.sgemm_above);
+#else
+    (void)n;
 #endif
-    if (n > 0 && (size_t)n < cap)
-        snprintf(buf + n, cap - (size_t)n, ")");
 }
 
 static void cpu_describe(const ifl_backend *base, char *buf, int cap)
@@ -455,6 +457,9 @@ ifl_backend *ifl_cpu_backend_new(const ifl_model *m, const ifl_backend_params *p
                     (double)be->kv_bytes / (1024.0 * 1024.0));
         goto fail;
     }
+#ifdef MADV_HUGEPAGE
+    madvise(kv, be->kv_bytes, MADV_HUGEPAGE); /* the K writes stride through it: fewer TLB misses */
+#endif
     be->kv = kv;
 
     size_t T = (size_t)p->max_tokens, S = (size_t)p->max_seqs, C = (size_t)be->C;
@@ -482,13 +487,18 @@ ifl_backend *ifl_cpu_backend_new(const ifl_model *m, const ifl_backend_params *p
     for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++)
         total += (floats[i] + 16) * sizeof(float);
     total += ints * sizeof(int32_t) + 64;
-    be->arena = aligned_alloc(64, (total + 63) & ~(size_t)63);
-    if (!be->arena) {
+    be->arena_bytes = (total + 63) & ~(size_t)63;
+    void *arena = mmap(NULL, be->arena_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                       -1, 0); /* zeroed, page-aligned */
+    if (arena == MAP_FAILED) {
         ifl_err_set(err, "cannot allocate %.1f MiB of activations",
                     (double)total / (1024.0 * 1024.0));
         goto fail;
     }
-    memset(be->arena, 0, (total + 63) & ~(size_t)63);
+#ifdef MADV_HUGEPAGE
+    madvise(arena, be->arena_bytes, MADV_HUGEPAGE); /* the products' scratch is megabytes */
+#endif
+    be->arena = arena;
     float *f = be->arena;
     float **dst[] = {&be->x,  &be->xn, &be->qkv,    &be->att,
                      &be->ff, &be->xf, &be->scores, &be->mm_scratch};

@@ -128,8 +128,8 @@ size_t ifl_matmul_scratch_floats(int32_t max_k, int32_t max_n, int32_t max_m)
 {
     ifl_matmul_args a = {.max_m = max_m, .max_n = max_n};
     size_t conv = CONV_FLOATS > (size_t)pad32(max_k) * 32 ? CONV_FLOATS : (size_t)pad32(max_k) * 32;
-    if (conv < IFL_GEMM_SCRATCH_FLOATS)
-        conv = IFL_GEMM_SCRATCH_FLOATS;
+    if (conv < IFL_GEMM_SCRATCH_FLOATS(max_n))
+        conv = IFL_GEMM_SCRATCH_FLOATS(max_n);
     size_t n = partial_floats(&a) + (size_t)(max_m > 4 ? max_m : 4) * (size_t)pad32(max_k) + conv;
     return (n + 15) & ~(size_t)15;
 }

@@ -47,7 +47,7 @@ static inline void ifl_kernel_band(int32_t K, int t, int nth, int32_t *start, in
  * multiples of 16 except at N. Each sum must come out exactly as the streaming kernels' (their
  * finish): per K band of the n_bands streaming threads (ifl_kernel_band) one fused multiply-add
  * chain in k order from zero, the bands then added left to right onto y (accumulate) or onto the
- * first band. scratch holds IFL_GEMM_SCRATCH_FLOATS floats. */
+ * first band. scratch holds IFL_GEMM_SCRATCH_FLOATS(N) floats. */
 typedef struct {
     float *y;
     const float *x;
@@ -59,10 +59,14 @@ typedef struct {
     float *scratch;
 } ifl_gemm_args;
 
-/* The product's blocking: 256 rows of W packed per pass, up to 96 rows of x per block. */
-#define IFL_GEMM_KC 256
+/* The product's blocking: 128 rows of W per pass, up to 96 rows of x per block. Scratch: x's block
+ * packed, one strip of W packed, and the running sums of every strip of a thread's columns (up to
+ * max_n of them), IFL_GEMM_SCRATCH_FLOATS(max_n) floats. */
+#define IFL_GEMM_KC 128
 #define IFL_GEMM_MC 96
-#define IFL_GEMM_SCRATCH_FLOATS (IFL_GEMM_KC * 16 + IFL_GEMM_MC * 16 + 64)
+#define IFL_GEMM_SCRATCH_FLOATS(max_n)                                                             \
+    ((size_t)IFL_GEMM_MC * IFL_GEMM_KC + IFL_GEMM_KC * 16 +                                        \
+     (size_t)IFL_GEMM_MC * (((size_t)(max_n) + 15) & ~(size_t)15) + 64)
 
 typedef struct ifl_cpu_kernels {
     ifl_isa isa;
