@@ -37,8 +37,7 @@ static const char *const HELP =
     "  --isa I            CPU kernels: auto | avx512 | avx2 | scalar (default auto: $INFLIGHT_ISA\n"
     "                     when set, else the best this CPU has; one it lacks is an error)\n"
     "  --sgemm-above N    use OpenBLAS sgemm for products of more than N rows (for comparing\n"
-    "                     with the default, which uses its own kernels at every size where\n"
-    "                     AVX-512 is available)\n";
+    "                     with the default: the kernel family's own products at every size)\n";
 
 #define BENCH_PROMPT 8
 

@@ -37,8 +37,8 @@ typedef struct {
                                     backend's default (defaults.h: IFL_DEFAULT_KV_MEM_MB_CPU/_CUDA) */
     int32_t kv_elem_bytes;       /* granted, set by the backend: bytes of one KV element as it
                                     stores it (CPU f32: 4, CUDA 16-bit: 2); a caller leaves it 0 */
-    int32_t sgemm_above;         /* CPU: matrix products of more rows use OpenBLAS sgemm; 0: the
-                                    measured default (never with AVX-512); for comparisons */
+    int32_t sgemm_above;         /* CPU: matrix products of more rows use OpenBLAS sgemm (where
+                                    built); 0: never (the kernel family's own); for comparisons */
     struct ifl_threadpool *pool; /* CPU: a pool to share with other backends (their steps then
                                     take turns region by region); NULL: a pool of its own */
 } ifl_backend_params;

@@ -8,8 +8,10 @@
  *              x += att Wproj + b; xn = LN2(x); ff = gelu(xn Wfc + b); x += ff Wmproj + b
  *   xf = LNf(x[last token of each run])                        (S, C)
  *   logits = xf lm_head^T                                      (S, V)
- * Matrix products and attention are split across the thread pool; OpenBLAS runs single-threaded
- * inside each pool thread so that only one set of threads ever competes for the cores.
+ * Matrix products and attention are split across the thread pool; the kernels are those of the
+ * process's kernel family when the backend is made (cpu_isa.h, cpu_kernels.h). OpenBLAS, used only
+ * when asked (--sgemm-above), runs single-threaded inside each pool thread so that only one set of
+ * threads ever competes for the cores.
  *
  * KV pool layout, f32, per block: [layer][k|v][head], where a head's K part is (D, BS) (transposed,
  * so scores for a block are one vectorised pass per d) and its V part is (BS, D). */

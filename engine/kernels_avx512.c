@@ -102,27 +102,40 @@ IFL_ALWAYS_INLINE void kn8_panels(float *acc, int32_t lda, const float *x, int32
                 xs[m][r] = k < K ? x[(size_t)m * ldx + k] : 0.0f;
             }
         const char *panel = (const char *)W + (size_t)kb * NB * blk_bytes;
-        for (int32_t jb = 0; jb < NB; jb++) {
+        /* f32: two panels at once (16-bit: the two halves of one), so that every row of x keeps
+         * two independent chains going; each sum is still its own chain in k order */
+        for (int32_t jb = 0; jb < NB; jb += halves == 1 ? 2 : 1) {
             const char *blk = panel + (size_t)jb * blk_bytes;
-            for (int l = 0; l < 8; l++)
+            const int two = halves == 2 || jb + 1 < NB;
+            for (int l = 0; l < (halves == 1 && two ? 16 : 8); l++)
                 PREFETCH(blk + PF_BYTES + 64 * l);
             __m512 a[4][2];
-            for (int m = 0; m < M; m++)
-                for (int h = 0; h < halves; h++)
-                    a[m][h] = _mm512_load_ps(acc + (size_t)m * lda + (size_t)jb * cw + 16 * h);
+            for (int m = 0; m < M; m++) {
+                a[m][0] = _mm512_load_ps(acc + (size_t)m * lda + (size_t)jb * cw);
+                a[m][1] = two ? _mm512_load_ps(acc + (size_t)m * lda + (size_t)jb * cw + 16)
+                              : _mm512_setzero_ps();
+            }
             for (int r = 0; r < 8; r++) {
                 __m512 v0, v1 = _mm512_setzero_ps();
-                load_panel_row(blk + 64 * r, dt, &v0, &v1);
+                if (halves == 1) {
+                    v0 = _mm512_load_ps((const float *)(blk + 64 * r));
+                    if (two)
+                        v1 = _mm512_load_ps((const float *)(blk + blk_bytes + 64 * r));
+                } else {
+                    load_panel_row(blk + 64 * r, dt, &v0, &v1);
+                }
                 for (int m = 0; m < M; m++) {
                     __m512 xb = _mm512_set1_ps(xs[m][r]);
                     a[m][0] = _mm512_fmadd_ps(xb, v0, a[m][0]);
-                    if (halves == 2)
+                    if (two)
                         a[m][1] = _mm512_fmadd_ps(xb, v1, a[m][1]);
                 }
             }
-            for (int m = 0; m < M; m++)
-                for (int h = 0; h < halves; h++)
-                    _mm512_store_ps(acc + (size_t)m * lda + (size_t)jb * cw + 16 * h, a[m][h]);
+            for (int m = 0; m < M; m++) {
+                _mm512_store_ps(acc + (size_t)m * lda + (size_t)jb * cw, a[m][0]);
+                if (two)
+                    _mm512_store_ps(acc + (size_t)m * lda + (size_t)jb * cw + 16, a[m][1]);
+            }
         }
     }
 }
