@@ -46,11 +46,6 @@ void ifl_exp(float *y, const float *x, size_t n)
     cur()->exp(y, x, n);
 }
 
-void ifl_gelu_tanh(float *x, size_t n)
-{
-    cur()->gelu_tanh(x, n);
-}
-
 void ifl_gelu_erf(float *x, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -72,16 +67,6 @@ void ifl_softmax_k(const ifl_cpu_kernels *k, float *x, int32_t n)
     for (int32_t i = 0; i < n; i++)
         sum += x[i];
     k->scale(x, (float)(1.0 / sum), (size_t)n);
-}
-
-void ifl_softmax(float *x, int32_t n)
-{
-    ifl_softmax_k(cur(), x, n);
-}
-
-void ifl_layernorm(float *out, const float *x, const float *w, const float *b, int32_t C, float eps)
-{
-    cur()->layernorm(out, x, w, b, C, eps);
 }
 
 /* ---- matrix products ------------------------------------------------------------------------- *

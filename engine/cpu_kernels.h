@@ -81,16 +81,10 @@ double ifl_fma_peak_gflops(struct ifl_threadpool *tp, const struct ifl_cpu_kerne
 
 /* The functions below without a family argument use ifl_isa_current()'s. */
 
-/* out (C) = LayerNorm(x (C)) * w + b. */
-void ifl_layernorm(float *out, const float *x, const float *w, const float *b, int32_t C,
-                   float eps);
-
-/* In place on n values. */
-void ifl_gelu_tanh(float *x, size_t n);
+/* In place on n values (the epilogue's erf GELU; the tanh one is a family's). */
 void ifl_gelu_erf(float *x, size_t n);
 
-/* x (n) = softmax(x); returns nothing. */
-void ifl_softmax(float *x, int32_t n);
+/* x (n) = softmax(x) with family k's exp and max. */
 void ifl_softmax_k(const struct ifl_cpu_kernels *k, float *x, int32_t n);
 
 /* e^x for n values (max relative error ~2e-7). */

@@ -21,6 +21,18 @@
 
 #define IFL_ALWAYS_INLINE static inline __attribute__((always_inline))
 
+/* CALL(MM, DT) with the weights' dtype dt (a variable in scope) as a constant, so that a panel
+ * kernel is compiled once per dtype. */
+#define BY_DTYPE(CALL, MM)                                                                         \
+    do {                                                                                           \
+        if (dt == IFL_DTYPE_F32)                                                                   \
+            CALL(MM, IFL_DTYPE_F32);                                                               \
+        else if (dt == IFL_DTYPE_F16)                                                              \
+            CALL(MM, IFL_DTYPE_F16);                                                               \
+        else                                                                                       \
+            CALL(MM, IFL_DTYPE_BF16);                                                              \
+    } while (0)
+
 /* [c0, c1) of n items for thread ith of nth, in multiples of `align`: how the driver shares work
  * out, here because the register-blocked product must know the streaming kernels' K bands. */
 static inline void ifl_kernel_split(int32_t n, int ith, int nth, int32_t align, int32_t *c0,

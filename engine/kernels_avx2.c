@@ -215,15 +215,6 @@ IFL_ALWAYS_INLINE void nk4_panels(float *y, int32_t ldy, const float *xp, int32_
     }
 }
 
-#define BY_DTYPE(CALL, MM)                                                                         \
-    do {                                                                                           \
-        if (dt == IFL_DTYPE_F32)                                                                   \
-            CALL(MM, IFL_DTYPE_F32);                                                               \
-        else if (dt == IFL_DTYPE_F16)                                                              \
-            CALL(MM, IFL_DTYPE_F16);                                                               \
-        else                                                                                       \
-            CALL(MM, IFL_DTYPE_BF16);                                                              \
-    } while (0)
 
 static void kn_panels_avx2(float *acc, int32_t lda, const float *x, int32_t ldx, int32_t K,
                            int32_t kb0, int32_t kb1, const void *W, int32_t NB, int M, ifl_dtype dt)

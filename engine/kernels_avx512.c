@@ -179,16 +179,7 @@ IFL_ALWAYS_INLINE void nk4_panels(float *y, int32_t ldy, const float *xp, int32_
     }
 }
 
-/* The calls with M and the dtype as constants, so each combination is its own loop nest. */
-#define BY_DTYPE(CALL, MM)                                                                         \
-    do {                                                                                           \
-        if (dt == IFL_DTYPE_F32)                                                                   \
-            CALL(MM, IFL_DTYPE_F32);                                                               \
-        else if (dt == IFL_DTYPE_F16)                                                              \
-            CALL(MM, IFL_DTYPE_F16);                                                               \
-        else                                                                                       \
-            CALL(MM, IFL_DTYPE_BF16);                                                              \
-    } while (0)
+/* The calls with M as a constant (and BY_DTYPE, the dtype), each combination its own loop nest. */
 #define BY_M(CALL)                                                                                 \
     do {                                                                                           \
         switch (M) {                                                                               \
