@@ -61,13 +61,15 @@ typedef struct {
     float *att;        /* (T, C) attention output */
     float *ff;         /* (T, F) */
     float *xf;         /* (S, C) final-normalised last tokens */
-    float *scores;     /* (nth, P + BS) attention scores, per thread */
+    float *scores;     /* (nth, IFL_ATTN_TILE, P + BS) attention scores, per thread */
     float *mm_scratch; /* (nth, mm_floats) */
     size_t mm_floats;
     int32_t mm_max_k, mm_max_n, mm_max_m;
     int32_t *tok_seq;     /* (T) sequence of each token */
     int32_t *tok_pos;     /* (T) position of each token */
     int32_t *last_tok;    /* (S) index of each run's last token */
+    int32_t *tile_tok;    /* (T) first token of each attention tile */
+    int32_t n_tiles;
     int32_t gemv_rows[3]; /* per weight dtype */
     /* the step in flight, read by the pool's tasks */
     const ifl_batch *batch;
@@ -159,38 +161,79 @@ static void task_kv_write(void *ctx, int ith, int nth)
     }
 }
 
-/* One (token, head) pair per item, handed out dynamically: cost grows with the position. */
+/* Splits each sequence's run of the step into tiles of up to IFL_ATTN_TILE consecutive tokens
+ * (the queries that share a pass over each KV block); returns how many. */
+static int32_t attention_tiles(cpu_backend *be, const ifl_batch *b)
+{
+    int32_t n = 0;
+    for (int32_t s = 0; s < b->n_seqs; s++)
+        for (int32_t t = b->run_start[s]; t < b->run_start[s + 1]; t += IFL_ATTN_TILE)
+            be->tile_tok[n++] = t;
+    return n;
+}
+
+/* How many tokens tile i has: up to IFL_ATTN_TILE, fewer at its run's end. */
+static int32_t tile_len(const cpu_backend *be, const ifl_batch *b, int32_t i)
+{
+    int32_t t0 = be->tile_tok[i], s = be->tok_seq[t0];
+    int32_t end = b->run_start[s + 1];
+    return end - t0 < IFL_ATTN_TILE ? end - t0 : IFL_ATTN_TILE;
+}
+
+/* Causal attention of the nq tokens t0.. (one sequence, consecutive positions) for head h: the
+ * scores of every block any of them sees, for all of them at once (a token's scores past its own
+ * position are computed and never used), then per token its softmax, then the values: the slots
+ * all of them see together, the rest of each token's slots on its own, in slot order. */
+static void attend_tile(cpu_backend *be, int32_t t0, int nq, int32_t h, float scale, float *sc)
+{
+    const ifl_batch *b = be->batch;
+    int32_t C = be->C, D = be->D, BS = be->BS, ld = be->P + BS;
+    const int32_t *table = b->block_tables[be->tok_seq[t0]];
+    const float *q = be->qkv + (size_t)t0 * 3 * C + (size_t)h * D;
+    int32_t n0 = be->tok_pos[t0] + 1, nlast = n0 + nq - 1; /* positions seen by the first, last */
+    int32_t nblk = (nlast + BS - 1) / BS;
+    for (int32_t j = 0; j < nblk; j++)
+        be->k->attn_scores(sc + (size_t)j * BS, ld, q, 3 * C, nq, kv_k(be, table[j], be->layer, h),
+                           D, BS);
+    for (int i = 0; i < nq; i++) {
+        be->k->scale(sc + (size_t)i * ld, scale, (size_t)(n0 + i));
+        ifl_softmax_k(be->k, sc + (size_t)i * ld, n0 + i);
+    }
+    float *out = be->att + (size_t)t0 * C + (size_t)h * D;
+    for (int i = 0; i < nq; i++)
+        memset(out + (size_t)i * C, 0, (size_t)D * sizeof *out);
+    for (int32_t j = 0; j < nblk; j++) {
+        const float *vb = kv_v(be, table[j], be->layer, h);
+        int32_t left = n0 - j * BS; /* slots of this block the first token sees */
+        int32_t common = left < 0 ? 0 : left < BS ? left : BS;
+        if (common)
+            be->k->attn_values(out, C, sc + (size_t)j * BS, ld, nq, vb, common, D);
+        for (int i = 0; i < nq; i++) {
+            int32_t cnt = left + i < BS ? left + i : BS;
+            if (cnt > common)
+                be->k->attn_values(out + (size_t)i * C, C, sc + (size_t)i * ld + j * BS + common,
+                                   ld, 1, vb + (size_t)common * D, cnt - common, D);
+        }
+    }
+}
+
+/* One (tile, head) pair per item, handed out dynamically: cost grows with the position. */
 static void task_attention(void *ctx, int ith, int nth)
 {
     (void)nth;
     cpu_backend *be = ctx;
-    const ifl_batch *b = be->batch;
     const ifl_config *c = &be->base.model->cfg;
-    int32_t C = be->C, D = be->D, BS = be->BS, H = be->H;
-    float scale = c->scale_attn_weights ? 1.0f / sqrtf((float)D) : 1.0f;
+    float scale = c->scale_attn_weights ? 1.0f / sqrtf((float)be->D) : 1.0f;
     if (c->scale_attn_by_inverse_layer_idx)
         scale /= (float)(be->layer + 1);
-    float *sc = be->scores + (size_t)ith * ((size_t)be->P + (size_t)BS);
-    int32_t n_items = b->n_tokens * H;
+    float *sc = be->scores + (size_t)ith * IFL_ATTN_TILE * ((size_t)be->P + (size_t)be->BS);
+    int32_t H = be->H, n_items = be->n_tiles * H;
     for (;;) {
         int32_t item = atomic_fetch_add_explicit(&be->next_item, 1, memory_order_relaxed);
         if (item >= n_items)
             break;
-        int32_t t = item / H, h = item % H;
-        int32_t s = be->tok_seq[t], n = be->tok_pos[t] + 1;
-        const float *q = be->qkv + (size_t)t * 3 * C + (size_t)h * D;
-        const int32_t *table = b->block_tables[s];
-        int32_t nblk = (n + BS - 1) / BS;
-        for (int32_t j = 0; j < nblk; j++)
-            be->k->attn_scores(sc + (size_t)j * BS, q, kv_k(be, table[j], be->layer, h), D, BS);
-        be->k->scale(sc, scale, (size_t)n);
-        ifl_softmax_k(be->k, sc, n);
-        float *out = be->att + (size_t)t * C + (size_t)h * D;
-        memset(out, 0, (size_t)D * sizeof *out);
-        for (int32_t j = 0; j < nblk; j++) {
-            int32_t cnt = n - j * BS < BS ? n - j * BS : BS;
-            be->k->attn_values(out, sc + (size_t)j * BS, kv_v(be, table[j], be->layer, h), cnt, D);
-        }
+        int32_t i = item / H;
+        attend_tile(be, be->tile_tok[i], (int)tile_len(be, be->batch, i), item % H, scale, sc);
     }
 }
 
@@ -253,6 +296,7 @@ static int cpu_step(ifl_backend *base, const ifl_batch *b, float *logits, ifl_er
         }
         be->last_tok[s] = b->run_start[s + 1] - 1;
     }
+    be->n_tiles = attention_tiles(be, b);
     be->batch = b;
     ifl_act act = m->cfg.gelu == IFL_GELU_ERF ? IFL_ACT_GELU_ERF : IFL_ACT_GELU_TANH;
 
@@ -475,7 +519,7 @@ ifl_backend *ifl_cpu_backend_new(const ifl_model *m, const ifl_backend_params *p
     if (be->mm_max_m < p->max_seqs) /* the lm_head's dot products take every sequence's row */
         be->mm_max_m = p->max_seqs;
     be->mm_floats = ifl_matmul_scratch_floats(be->mm_max_k, be->mm_max_n, be->mm_max_m);
-    size_t n_scores = (size_t)be->nth * ((size_t)be->P + (size_t)be->BS);
+    size_t n_scores = (size_t)be->nth * IFL_ATTN_TILE * ((size_t)be->P + (size_t)be->BS);
     size_t floats[] = {T * C,
                        T * C,
                        T * 3 * C,
@@ -484,7 +528,7 @@ ifl_backend *ifl_cpu_backend_new(const ifl_model *m, const ifl_backend_params *p
                        S * C,
                        n_scores,
                        (size_t)be->nth * be->mm_floats};
-    size_t ints = 2 * T + S;
+    size_t ints = 3 * T + S;
     size_t total = 0;
     for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++)
         total += (floats[i] + 16) * sizeof(float);
@@ -512,6 +556,7 @@ ifl_backend *ifl_cpu_backend_new(const ifl_model *m, const ifl_backend_params *p
     be->tok_seq = ip;
     be->tok_pos = ip + T;
     be->last_tok = ip + 2 * T;
+    be->tile_tok = ip + 2 * T + S;
 
     be->tp = p->pool ? p->pool : ifl_threadpool_new(be->nth);
     if (!be->tp) {

@@ -76,6 +76,8 @@ typedef struct {
  * max_n of them), IFL_GEMM_SCRATCH_FLOATS(max_n) floats. */
 #define IFL_GEMM_KC 128
 #define IFL_GEMM_MC 96
+/* Queries of one sequence and head that share a pass over each KV block (prefill). */
+#define IFL_ATTN_TILE 6
 #define IFL_GEMM_SCRATCH_FLOATS(max_n)                                                             \
     ((size_t)IFL_GEMM_MC * IFL_GEMM_KC + IFL_GEMM_KC * 16 +                                        \
      (size_t)IFL_GEMM_MC * (((size_t)(max_n) + 15) & ~(size_t)15) + 64)
@@ -106,10 +108,15 @@ typedef struct ifl_cpu_kernels {
     void (*gelu_tanh)(float *x, size_t n);
     void (*layernorm)(float *out, const float *x, const float *w, const float *b, int32_t C,
                       float eps);
-    /* Attention over one KV block: o[sl] = q . kt[:, sl] for BS slots (kt is (D, BS)); and
-     * out[d] += sum over cnt slots of p[sl] * vb[sl][d] (vb is (BS, D)). */
-    void (*attn_scores)(float *o, const float *q, const float *kt, int32_t D, int32_t BS);
-    void (*attn_values)(float *out, const float *p, const float *vb, int32_t cnt, int32_t D);
+    /* Attention over one KV block for nq queries of one head (1..IFL_ATTN_TILE, consecutive
+     * tokens of a prefill share the block's loads): o[i * ldo + sl] = q_i . kt[:, sl] for BS slots
+     * (kt is (D, BS), q_i at q + i * ldq); and out[i * ldo + d] += sum over cnt slots of
+     * p[i * ldp + sl] * vb[sl][d] (vb is (BS, D)). Each sum is one chain in d (scores) or slot
+     * (values) order, so a query's result does not depend on nq. */
+    void (*attn_scores)(float *o, int32_t ldo, const float *q, int32_t ldq, int nq,
+                        const float *kt, int32_t D, int32_t BS);
+    void (*attn_values)(float *out, int32_t ldo, const float *p, int32_t ldp, int nq,
+                        const float *vb, int32_t cnt, int32_t D);
     /* Largest of n values, and x[i] *= s. */
     float (*max)(const float *x, size_t n);
     void (*scale)(float *x, float s, size_t n);
@@ -125,6 +132,9 @@ typedef struct ifl_cpu_kernels {
 const ifl_cpu_kernels *ifl_kernels_scalar(void);
 const ifl_cpu_kernels *ifl_kernels_avx2(void);
 const ifl_cpu_kernels *ifl_kernels_avx512(void);
+
+/* The avx2 family's register-blocked product (kernels_avx2_gemm.c). */
+void ifl_gemm_avx2(const ifl_gemm_args *g);
 
 /* ---- loops every family shares (compiled per family) ----------------------------------------- */
 
@@ -167,6 +177,21 @@ IFL_ALWAYS_INLINE void ifl_attn_values_c(float *out, const float *p, const float
         for (int32_t d = 0; d < D; d++)
             out[d] += ps * vr[d];
     }
+}
+
+/* The tiled forms for a family without its own: one query at a time (the same sums). */
+IFL_ALWAYS_INLINE void ifl_attn_scores_tile_c(float *o, int32_t ldo, const float *q, int32_t ldq,
+                                              int nq, const float *kt, int32_t D, int32_t BS)
+{
+    for (int i = 0; i < nq; i++)
+        ifl_attn_scores_c(o + (size_t)i * ldo, q + (size_t)i * ldq, kt, D, BS);
+}
+
+IFL_ALWAYS_INLINE void ifl_attn_values_tile_c(float *out, int32_t ldo, const float *p, int32_t ldp,
+                                              int nq, const float *vb, int32_t cnt, int32_t D)
+{
+    for (int i = 0; i < nq; i++)
+        ifl_attn_values_c(out + (size_t)i * ldo, p + (size_t)i * ldp, vb, cnt, D);
 }
 
 IFL_ALWAYS_INLINE float ifl_max_c(const float *x, size_t n)

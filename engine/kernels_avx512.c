@@ -226,14 +226,16 @@ static void layernorm_avx512(float *out, const float *x, const float *w, const f
     ifl_layernorm_c(out, x, w, b, C, eps);
 }
 
-static void attn_scores_avx512(float *o, const float *q, const float *kt, int32_t D, int32_t BS)
+static void attn_scores_avx512(float *o, int32_t ldo, const float *q, int32_t ldq, int nq,
+                             const float *kt, int32_t D, int32_t BS)
 {
-    ifl_attn_scores_c(o, q, kt, D, BS);
+    ifl_attn_scores_tile_c(o, ldo, q, ldq, nq, kt, D, BS);
 }
 
-static void attn_values_avx512(float *out, const float *p, const float *vb, int32_t cnt, int32_t D)
+static void attn_values_avx512(float *out, int32_t ldo, const float *p, int32_t ldp, int nq,
+                             const float *vb, int32_t cnt, int32_t D)
 {
-    ifl_attn_values_c(out, p, vb, cnt, D);
+    ifl_attn_values_tile_c(out, ldo, p, ldp, nq, vb, cnt, D);
 }
 
 /* maxps(v, m) keeps m where v is NaN: the same NaN rule as ifl_max_c. */

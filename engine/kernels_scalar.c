@@ -65,14 +65,16 @@ static void layernorm_scalar(float *out, const float *x, const float *w, const f
     ifl_layernorm_c(out, x, w, b, C, eps);
 }
 
-static void attn_scores_scalar(float *o, const float *q, const float *kt, int32_t D, int32_t BS)
+static void attn_scores_scalar(float *o, int32_t ldo, const float *q, int32_t ldq, int nq,
+                             const float *kt, int32_t D, int32_t BS)
 {
-    ifl_attn_scores_c(o, q, kt, D, BS);
+    ifl_attn_scores_tile_c(o, ldo, q, ldq, nq, kt, D, BS);
 }
 
-static void attn_values_scalar(float *out, const float *p, const float *vb, int32_t cnt, int32_t D)
+static void attn_values_scalar(float *out, int32_t ldo, const float *p, int32_t ldp, int nq,
+                             const float *vb, int32_t cnt, int32_t D)
 {
-    ifl_attn_values_c(out, p, vb, cnt, D);
+    ifl_attn_values_tile_c(out, ldo, p, ldp, nq, vb, cnt, D);
 }
 
 static float max_scalar(const float *x, size_t n)
