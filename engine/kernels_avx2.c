@@ -173,7 +173,10 @@ IFL_ALWAYS_INLINE float hsum8(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
-/* y[m][n - g0 * 4] = x[m] . W[n] over 4-row panels g0..g1; up to two rows of x. */
+/* y[m][n - g0 * 4] = x[m] . W[n] over 4-row panels g0..g1; up to three rows of x. Per 8 columns
+ * of a block: x's 8 for every row, then each of the panel's 4 rows of W once for all of them (3 x
+ * 4 accumulators, 3 of x, 1 of W: the sixteen registers; twelve multiply-adds per seven loads). A
+ * sum's chain runs over the 8-column halves in k order, whatever M is. */
 IFL_ALWAYS_INLINE void nk4_panels(float *y, int32_t ldy, const float *xp, int32_t KB, const void *W,
                                   int32_t g0, int32_t g1, int32_t N, const int M,
                                   const ifl_dtype dt)
@@ -182,7 +185,7 @@ IFL_ALWAYS_INLINE void nk4_panels(float *y, int32_t ldy, const float *xp, int32_
     const size_t ldx = (size_t)KB * cw;
     for (int32_t g = g0; g < g1; g++) {
         const char *prow = (const char *)W + (size_t)g * KB * 256;
-        __m256 acc[2][4];
+        __m256 acc[3][4];
         for (int m = 0; m < M; m++)
             for (int r = 0; r < 4; r++)
                 acc[m][r] = _mm256_setzero_ps();
@@ -191,18 +194,26 @@ IFL_ALWAYS_INLINE void nk4_panels(float *y, int32_t ldy, const float *xp, int32_
             for (int l = 0; l < 4; l++)
                 PREFETCH(blk + PF_BYTES + 64 * l);
             for (int u = 0; u < units; u++) {
-                __m256 x0[2], x1[2];
-                for (int m = 0; m < M; m++) {
-                    const float *xv = xp + (size_t)m * ldx + (size_t)kb * cw + 16 * u;
-                    x0[m] = _mm256_loadu_ps(xv);
-                    x1[m] = _mm256_loadu_ps(xv + 8);
-                }
-                for (int r = 0; r < 4; r++) {
-                    __m256 w0, w1;
-                    load_unit(blk + 64 * r + 32 * u, dt, &w0, &w1);
-                    for (int m = 0; m < M; m++) {
-                        acc[m][r] = _mm256_fmadd_ps(x0[m], w0, acc[m][r]);
-                        acc[m][r] = _mm256_fmadd_ps(x1[m], w1, acc[m][r]);
+                for (int hf = 0; hf < 2; hf++) {
+                    __m256 xv[3];
+                    for (int m = 0; m < M; m++)
+                        xv[m] = _mm256_loadu_ps(xp + (size_t)m * ldx + (size_t)kb * cw + 16 * u +
+                                                8 * hf);
+                    for (int r = 0; r < 4; r++) {
+                        const char *wp = blk + 64 * r + 32 * u;
+                        __m256 w;
+                        if (dt == IFL_DTYPE_F32)
+                            w = _mm256_load_ps((const float *)wp + 8 * hf);
+                        else if (dt == IFL_DTYPE_F16)
+                            w = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(wp + 16 * hf)));
+                        else {
+                            __m256i v = _mm256_load_si256((const __m256i *)wp);
+                            w = _mm256_castsi256_ps(
+                                hf ? _mm256_and_si256(v, _mm256_set1_epi32((int)0xffff0000u))
+                                   : _mm256_slli_epi32(v, 16));
+                        }
+                        for (int m = 0; m < M; m++)
+                            acc[m][r] = _mm256_fmadd_ps(xv[m], w, acc[m][r]);
                     }
                 }
             }
@@ -212,7 +223,6 @@ IFL_ALWAYS_INLINE void nk4_panels(float *y, int32_t ldy, const float *xp, int32_
                 y[(size_t)m * ldy + (size_t)(g - g0) * 4 + r] = hsum8(acc[m][r]);
     }
 }
-
 
 static void kn_panels_avx2(float *acc, int32_t lda, const float *x, int32_t ldx, int32_t K,
                            int32_t kb0, int32_t kb1, const void *W, int32_t NB, int M, ifl_dtype dt)
@@ -233,8 +243,10 @@ static void nk_panels_avx2(float *y, int32_t ldy, const float *xp, int32_t KB, c
 #define NK(MM, DT) nk4_panels(y, ldy, xp, KB, W, g0, g1, N, MM, DT)
     if (M == 1)
         BY_DTYPE(NK, 1);
-    else
+    else if (M == 2)
         BY_DTYPE(NK, 2);
+    else
+        BY_DTYPE(NK, 3);
 #undef NK
 }
 
@@ -473,7 +485,7 @@ static const ifl_cpu_kernels k_avx2 = {
     .kn_panels = kn_panels_avx2,
     .kn_max_m = 4,
     .nk_panels = nk_panels_avx2,
-    .nk_max_m = 2,
+    .nk_max_m = 3,
     .bf16_group = 16,
     .unpermute_bf16 = unpermute16,
     .gemm = ifl_gemm_avx2,
