@@ -226,17 +226,118 @@ static void layernorm_avx512(float *out, const float *x, const float *w, const f
     ifl_layernorm_c(out, x, w, b, C, eps);
 }
 
-static void attn_scores_avx512(float *o, int32_t ldo, const float *q, int32_t ldq, int nq,
-                             const float *kt, int32_t D, int32_t BS)
+/* ---- attention ------------------------------------------------------------------------------ *
+ *
+ * As in kernels_avx2.c: up to six queries of one head share each K (or V) vector loaded, their
+ * sums in named accumulators, each sum one fused multiply-add chain from zero (scores: in d order;
+ * values: in slot order, onto out) whatever nq is. Slots and d past a multiple of 16 are masked
+ * lanes, not a scalar tail. */
+#define ATT_ROWS(OP) OP(0) OP(1) OP(2) OP(3) OP(4) OP(5)
+
+IFL_ALWAYS_INLINE __mmask16 lanes(int32_t n)
 {
-    ifl_attn_scores_tile_c(o, ldo, q, ldq, nq, kt, D, BS);
+    return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n > 0 ? n : 0)) - 1u);
+}
+
+/* o[i][sl0 .. sl0 + 16) (masked to BS) = q_i . kt[:, ...] for NQ queries. */
+IFL_ALWAYS_INLINE void scores_tile(float *o, int32_t ldo, const float *q, int32_t ldq,
+                                   const float *kt, int32_t D, int32_t BS, int32_t sl0, const int NQ)
+{
+    const __mmask16 m = lanes(BS - sl0);
+    const __m512 z = _mm512_setzero_ps();
+    __m512 c0 = z, c1 = z, c2 = z, c3 = z, c4 = z, c5 = z;
+    const float *kp = kt + sl0;
+    for (int32_t d = 0; d < D; d++, kp += BS) {
+        __m512 k = _mm512_maskz_loadu_ps(m, kp);
+#define FMA_Q(i)                                                                                   \
+    if (NQ > i)                                                                                    \
+        c##i = _mm512_fmadd_ps(_mm512_set1_ps(q[(size_t)i * ldq + d]), k, c##i);
+        ATT_ROWS(FMA_Q)
+#undef FMA_Q
+    }
+#define STORE_O(i)                                                                                 \
+    if (NQ > i)                                                                                    \
+        _mm512_mask_storeu_ps(o + (size_t)i * ldo + sl0, m, c##i);
+    ATT_ROWS(STORE_O)
+#undef STORE_O
+}
+
+/* out[i][d0 .. d0 + 64) (masked to D) += sum over cnt slots of p_i[sl] * vb[sl][...]. */
+IFL_ALWAYS_INLINE void values_tile(float *out, int32_t ldo, const float *p, int32_t ldp,
+                                   const float *vb, int32_t cnt, int32_t D, int32_t d0, const int NQ)
+{
+    const __mmask16 m0 = lanes(D - d0), m1 = lanes(D - d0 - 16), m2 = lanes(D - d0 - 32),
+                    m3 = lanes(D - d0 - 48);
+    const __m512 z = _mm512_setzero_ps();
+    __m512 c00 = z, c01 = z, c02 = z, c03 = z, c10 = z, c11 = z, c12 = z, c13 = z, c20 = z,
+           c21 = z, c22 = z, c23 = z, c30 = z, c31 = z, c32 = z, c33 = z, c40 = z, c41 = z,
+           c42 = z, c43 = z, c50 = z, c51 = z, c52 = z, c53 = z;
+#define LOAD_O(i)                                                                                  \
+    if (NQ > i) {                                                                                  \
+        const float *r = out + (size_t)i * ldo + d0;                                               \
+        c##i##0 = _mm512_maskz_loadu_ps(m0, r);                                                    \
+        c##i##1 = _mm512_maskz_loadu_ps(m1, r + 16);                                               \
+        c##i##2 = _mm512_maskz_loadu_ps(m2, r + 32);                                               \
+        c##i##3 = _mm512_maskz_loadu_ps(m3, r + 48);                                               \
+    }
+    ATT_ROWS(LOAD_O)
+#undef LOAD_O
+    const float *vr = vb + d0;
+    for (int32_t sl = 0; sl < cnt; sl++, vr += D) {
+        __m512 v0 = _mm512_maskz_loadu_ps(m0, vr), v1 = _mm512_maskz_loadu_ps(m1, vr + 16),
+               v2 = _mm512_maskz_loadu_ps(m2, vr + 32), v3 = _mm512_maskz_loadu_ps(m3, vr + 48);
+#define FMA_P(i)                                                                                   \
+    if (NQ > i) {                                                                                  \
+        __m512 a = _mm512_set1_ps(p[(size_t)i * ldp + sl]);                                        \
+        c##i##0 = _mm512_fmadd_ps(a, v0, c##i##0);                                                 \
+        c##i##1 = _mm512_fmadd_ps(a, v1, c##i##1);                                                 \
+        c##i##2 = _mm512_fmadd_ps(a, v2, c##i##2);                                                 \
+        c##i##3 = _mm512_fmadd_ps(a, v3, c##i##3);                                                 \
+    }
+        ATT_ROWS(FMA_P)
+#undef FMA_P
+    }
+#define STORE_O(i)                                                                                 \
+    if (NQ > i) {                                                                                  \
+        float *r = out + (size_t)i * ldo + d0;                                                     \
+        _mm512_mask_storeu_ps(r, m0, c##i##0);                                                     \
+        _mm512_mask_storeu_ps(r + 16, m1, c##i##1);                                                \
+        _mm512_mask_storeu_ps(r + 32, m2, c##i##2);                                                \
+        _mm512_mask_storeu_ps(r + 48, m3, c##i##3);                                                \
+    }
+    ATT_ROWS(STORE_O)
+#undef STORE_O
+}
+#undef ATT_ROWS
+
+#define BY_NQ(CALL)                                                                                \
+    switch (nq) {                                                                                  \
+    case 1: CALL(1); break;                                                                        \
+    case 2: CALL(2); break;                                                                        \
+    case 3: CALL(3); break;                                                                        \
+    case 4: CALL(4); break;                                                                        \
+    case 5: CALL(5); break;                                                                        \
+    default: CALL(6); break;                                                                       \
+    }
+
+static void attn_scores_avx512(float *o, int32_t ldo, const float *q, int32_t ldq, int nq,
+                               const float *kt, int32_t D, int32_t BS)
+{
+#define SC(NQ) scores_tile(o, ldo, q, ldq, kt, D, BS, sl, NQ)
+    for (int32_t sl = 0; sl < BS; sl += 16)
+        BY_NQ(SC)
+#undef SC
 }
 
 static void attn_values_avx512(float *out, int32_t ldo, const float *p, int32_t ldp, int nq,
-                             const float *vb, int32_t cnt, int32_t D)
+                               const float *vb, int32_t cnt, int32_t D)
 {
-    ifl_attn_values_tile_c(out, ldo, p, ldp, nq, vb, cnt, D);
+#define VA(NQ) values_tile(out, ldo, p, ldp, vb, cnt, D, d, NQ)
+    for (int32_t d = 0; d < D; d += 64)
+        BY_NQ(VA)
+#undef VA
 }
+#undef BY_NQ
 
 /* maxps(v, m) keeps m where v is NaN: the same NaN rule as ifl_max_c. */
 static float max_avx512(const float *x, size_t n)
