@@ -1,6 +1,7 @@
 /* http.c: the HTTP side of the one port (service.h): files of web/ only through plain path
  * segments (then realpath must stay inside web/), /healthz, /readyz, /metrics, and the history
- * API (checked here, answered by the history thread through the bridge). Every response carries
+ * API (checked here, answered by the history thread through the bridge), and Triton's probes and
+ * metadata under /v2 (http_v2.c). Every response carries
  * nosniff, no-referrer and a strict Content-Security-Policy; only GET and HEAD (405 otherwise);
  * /ws without an upgrade is 426. Service thread, except http_on_history_done. */
 #include <limits.h>
@@ -96,8 +97,8 @@ static int web_path_ok(const char *p)
     }
 }
 
-static int http_respond(srv_conn *c, struct lws *wsi, int status, const char *ctype, char *body,
-                        size_t len, int head_only, const char *extra_name, const char *extra_value)
+int http_respond(srv_conn *c, struct lws *wsi, int status, const char *ctype, char *body,
+                 size_t len, int head_only, const char *extra_name, const char *extra_value)
 {
     uint8_t hbuf[LWS_PRE + 2048], *start = hbuf + LWS_PRE, *p = start, *end = hbuf + sizeof hbuf;
     if (lws_add_http_common_headers(wsi, (unsigned)status, ctype, len, &p, end))
@@ -337,6 +338,8 @@ static int http_request(server *s, srv_conn *c, struct lws *wsi, const char *pat
         return http_metrics(s, c, wsi, is_head);
     if (!strcmp(path, "/api/history") || !strncmp(path, "/api/requests/", 14))
         return http_api(s, c, wsi, path);
+    if (!strncmp(path, "/v2", 3) && (!path[3] || path[3] == '/'))
+        return http_v2(s, c, wsi, path, is_head);
     if (!strcmp(path, "/ws"))
         return http_text(c, wsi, 426, "this is the WebSocket endpoint: connect with a WebSocket\n",
                          is_head);

@@ -5,7 +5,8 @@
  *              the draining of the bridge;
  *   ws.c       /ws connections: outbox, receive and reassembly, message dispatch, the request
  *              layer's sink that writes frames (protocol.h), step frames to subscribers;
- *   http.c     HTTP routes: the page's files, /healthz, /readyz, /metrics, the history API.
+ *   http.c     HTTP routes: the page's files, /healthz, /readyz, /metrics, the history API;
+ *   http_v2.c  Triton's probes and metadata under /v2.
  *
  * State and its guards:
  *   service thread   connections, their outboxes, the request layer, metrics, every JSON byte.
@@ -108,7 +109,14 @@ void ws_close_all(server *s); /* the stop: every connection gets 1001 once its o
 int http_callback(server *s, struct lws *wsi, enum lws_callback_reasons reason, srv_conn *c,
                   void *in);
 void http_history_answer(server *s, history_job *j);
+/* Starts the response: status, headers (Content-Length len; the security headers; one extra
+ * header when extra_name is set), then body (heap, taken; written at HTTP_WRITEABLE) unless
+ * head_only or empty. -1: close the connection. */
+int http_respond(srv_conn *c, struct lws *wsi, int status, const char *ctype, char *body,
+                 size_t len, int head_only, const char *extra_name, const char *extra_value);
 void http_on_history_done(void *ud, history_job *job); /* history thread: into the bridge */
+/* http_v2.c: GET/HEAD of a path under /v2 (service thread) */
+int http_v2(server *s, srv_conn *c, struct lws *wsi, const char *path, int head_only);
 /* A user key is 16..64 of A-Z a-z 0-9 _ -; kept only as its SHA-256 (hex). -1 if it does not fit.
  */
 int srv_user_key_hash(const char *key, char hex[65]);
