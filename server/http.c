@@ -1,9 +1,9 @@
 /* http.c: the HTTP side of the one port (service.h): files of web/ only through plain path
  * segments (then realpath must stay inside web/), /healthz, /readyz, /metrics, and the history
  * API (checked here, answered by the history thread through the bridge), and Triton's probes and
- * metadata under /v2 (http_v2.c). Every response carries
- * nosniff, no-referrer and a strict Content-Security-Policy; only GET and HEAD (405 otherwise);
- * /ws without an upgrade is 426. Service thread, except http_on_history_done. */
+ * metadata under /v2 (http_v2.c); POST .../generate[_stream] goes to http_gen.c. Every response
+ * carries nosniff, no-referrer and a strict Content-Security-Policy; only GET and HEAD (405
+ * otherwise); /ws without an upgrade is 426. Service thread, except http_on_history_done. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -124,6 +124,8 @@ int http_respond(srv_conn *c, struct lws *wsi, int status, const char *ctype, ch
         goto fail;
     if (head_only || !len) {
         free(body);
+        if (c->http_close_after)
+            return -1;
         return lws_http_transaction_completed(wsi) ? -1 : 0;
     }
     free(c->http_body);
@@ -318,11 +320,31 @@ static int http_metrics(server *s, srv_conn *c, struct lws *wsi, int head_only)
                         sb_steal(&sb), n, head_only, NULL, NULL);
 }
 
+/* /v2/models/NAME/generate or /v2/models/NAME/generate_stream */
+static int is_generate_path(const char *path)
+{
+    if (strncmp(path, "/v2/models/", 11))
+        return 0;
+    const char *slash = strchr(path + 11, '/');
+    return slash && slash > path + 11 &&
+           (!strcmp(slash, "/generate") || !strcmp(slash, "/generate_stream"));
+}
+
 static int http_request(server *s, srv_conn *c, struct lws *wsi, const char *path)
 {
     s->m.http_requests++;
+    c->http_close_after = 0;
     int is_get = lws_hdr_total_length(wsi, WSI_TOKEN_GET_URI) > 0;
     int is_head = lws_hdr_total_length(wsi, WSI_TOKEN_HEAD_URI) > 0;
+    if (lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI) > 0 && is_generate_path(path))
+        return http_gen_begin(s, c, wsi, path + strlen("/v2/models/"));
+    if (is_generate_path(path) && !lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI)) {
+        char *b = strdup("{\"error\":\"method not allowed: generate takes POST\"}");
+        if (!b)
+            return -1;
+        return http_respond(c, wsi, HTTP_STATUS_METHOD_NOT_ALLOWED, "application/json", b,
+                            strlen(b), is_head, "allow:", "POST");
+    }
     if (!is_get && !is_head) {
         char *b = strdup("method not allowed: only GET and HEAD\n");
         if (!b)
@@ -348,6 +370,8 @@ static int http_request(server *s, srv_conn *c, struct lws *wsi, const char *pat
 
 static int http_writeable(srv_conn *c, struct lws *wsi)
 {
+    if (http_gen_streaming(c))
+        return http_gen_writeable(c, wsi);
     if (c->answer) {
         history_job *j = c->answer;
         c->answer = NULL;
@@ -373,6 +397,8 @@ static int http_writeable(srv_conn *c, struct lws *wsi)
     if (final) {
         free(c->http_body);
         c->http_body = NULL;
+        if (c->http_close_after)
+            return -1;
         return lws_http_transaction_completed(wsi) ? -1 : 0;
     }
     lws_callback_on_writable(wsi);
@@ -408,10 +434,11 @@ void http_on_history_done(void *ud, history_job *job)
 }
 
 /* The connection is gone: a history answer still to come is dropped when it arrives. */
-static void on_closed_http(srv_conn *c)
+static void on_closed_http(server *s, srv_conn *c)
 {
     if (!c)
         return;
+    http_gen_closed(s, c);
     free(c->http_body);
     c->http_body = NULL;
     if (c->job)
@@ -426,12 +453,20 @@ static void on_closed_http(srv_conn *c)
 }
 
 int http_callback(server *s, struct lws *wsi, enum lws_callback_reasons reason, srv_conn *c,
-                  void *in)
+                  void *in, size_t len)
 {
     switch (reason) {
     case LWS_CALLBACK_HTTP: return http_request(s, c, wsi, (const char *)in);
+    case LWS_CALLBACK_HTTP_BODY: return http_gen_body(s, c, wsi, in, len);
+    case LWS_CALLBACK_HTTP_BODY_COMPLETION: return http_gen_body_done(s, c, wsi);
     case LWS_CALLBACK_HTTP_WRITEABLE: return http_writeable(c, wsi);
-    case LWS_CALLBACK_CLOSED_HTTP: on_closed_http(c); return 0;
+    case LWS_CALLBACK_CLOSED_HTTP: on_closed_http(s, c); return 0;
+    /* the transaction is over (lws frees this per-session data before the next request on a
+     * keep-alive connection, or at the close) */
+    case LWS_CALLBACK_HTTP_DROP_PROTOCOL:
+        if (c && !c->is_ws)
+            http_gen_closed(s, c);
+        return 0;
     default: return 0;
     }
 }

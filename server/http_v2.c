@@ -64,8 +64,8 @@ static int v2_server_metadata(srv_conn *c, struct lws *wsi, int head_only)
 {
     strbuf sb;
     sb_init(&sb, 0);
-    /* extensions: none of Triton's yet (generate comes with the HTTP generation endpoints) */
-    sb_puts(&sb, "{\"name\":\"inflight\",\"version\":\"" INFLIGHT_VERSION "\",\"extensions\":[]}");
+    sb_puts(&sb, "{\"name\":\"inflight\",\"version\":\"" INFLIGHT_VERSION
+                 "\",\"extensions\":[\"generate\"]}");
     return v2_json(c, wsi, HTTP_STATUS_OK, &sb, head_only);
 }
 

@@ -128,17 +128,17 @@ static int field_allowed(proto_kind k, const char *name)
     return 0;
 }
 
-static int parse_prompt(const cJSON *root, req_params *m, proto_error *err)
+static int parse_prompt(const cJSON *root, const char *field, req_params *m, proto_error *err)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "prompt");
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, field);
     if (!v) {
-        proto_error_set(err, IFL_CODE_MISSING_FIELD, "generate needs a 'prompt'");
+        proto_error_set(err, IFL_CODE_MISSING_FIELD, "generate needs a '%s'", field);
         return -1;
     }
-    if (want_string(v, "prompt", err))
+    if (want_string(v, field, err))
         return -1;
     if (!v->valuestring[0]) {
-        proto_error_set(err, IFL_CODE_EMPTY_PROMPT, "field 'prompt' is empty");
+        proto_error_set(err, IFL_CODE_EMPTY_PROMPT, "field '%s' is empty", field);
         return -1;
     }
     m->prompt_len = strlen(v->valuestring);
@@ -221,28 +221,20 @@ static int parse_stop(const cJSON *v, req_params *m, proto_error *err)
     return 0;
 }
 
-static int parse_generate(const cJSON *root, const proto_limits *lim, req_params *m,
-                          proto_error *err)
+static void params_defaults(const proto_limits *lim, req_params *m)
 {
-    const cJSON *v;
     m->policy = IFL_POLICY_ITERATIVE;
     m->max_tokens = lim->def_max_tokens;
     m->temperature = lim->def_temperature;
     m->top_k = lim->def_top_k;
     m->top_p = lim->def_top_p;
-    if (parse_prompt(root, m, err))
-        return -1;
-    if ((v = cJSON_GetObjectItemCaseSensitive(root, "model"))) {
-        if (want_string(v, "model", err))
-            return -1;
-        if (ifl_policy_parse(v->valuestring, &m->policy)) {
-            char c[64];
-            clip(c, sizeof c, v->valuestring);
-            proto_error_set(err, IFL_CODE_UNKNOWN_MODEL,
-                            "field 'model' is \"%s\": must be \"iterative\" or \"static\"", c);
-            return -1;
-        }
-    }
+}
+
+/* max_tokens, temperature, top_k, top_p, seed, ignore_eos, stop: each optional, checked. */
+static int parse_sampling(const cJSON *root, const proto_limits *lim, req_params *m,
+                          proto_error *err)
+{
+    const cJSON *v;
     if (parse_numbers(root, lim, m, err))
         return -1;
     if ((v = cJSON_GetObjectItemCaseSensitive(root, "ignore_eos"))) {
@@ -256,6 +248,36 @@ static int parse_generate(const cJSON *root, const proto_limits *lim, req_params
     if ((v = cJSON_GetObjectItemCaseSensitive(root, "stop")) && parse_stop(v, m, err))
         return -1;
     return 0;
+}
+
+int proto_parse_params(const cJSON *obj, const char *prompt_field, const proto_limits *lim,
+                       req_params *m, proto_error *err)
+{
+    params_defaults(lim, m);
+    if (parse_prompt(obj, prompt_field, m, err) || parse_sampling(obj, lim, m, err))
+        return -1;
+    return 0;
+}
+
+static int parse_generate(const cJSON *root, const proto_limits *lim, req_params *m,
+                          proto_error *err)
+{
+    const cJSON *v;
+    params_defaults(lim, m);
+    if (parse_prompt(root, "prompt", m, err))
+        return -1;
+    if ((v = cJSON_GetObjectItemCaseSensitive(root, "model"))) {
+        if (want_string(v, "model", err))
+            return -1;
+        if (ifl_policy_parse(v->valuestring, &m->policy)) {
+            char c[64];
+            clip(c, sizeof c, v->valuestring);
+            proto_error_set(err, IFL_CODE_UNKNOWN_MODEL,
+                            "field 'model' is \"%s\": must be \"iterative\" or \"static\"", c);
+            return -1;
+        }
+    }
+    return parse_sampling(root, lim, m, err);
 }
 
 /* Offset of a \u0000 escape inside a JSON string of the text, or -1. cJSON hands strings over
@@ -303,6 +325,33 @@ static cJSON *parse_json(const char *text, size_t len, proto_error *err)
         }
     }
     return root;
+}
+
+struct cJSON *proto_parse_json_object(const char *text, size_t len, proto_error *err)
+{
+    cJSON *root = parse_json(text, len, err);
+    if (!root)
+        return NULL;
+    if (!cJSON_IsObject(root)) {
+        proto_error_set(err, IFL_CODE_INVALID_MESSAGE, "the body must be a JSON object, not %s",
+                        json_type_name(root));
+        cJSON_Delete(root);
+        return NULL;
+    }
+    long nul = find_nul_escape(text, len);
+    if (nul >= 0) {
+        proto_error_set(err, IFL_CODE_INVALID_MESSAGE,
+                        "a string holds the character U+0000 (\\u0000 at byte %ld): not allowed",
+                        nul);
+        cJSON_Delete(root);
+        return NULL;
+    }
+    return root;
+}
+
+const char *proto_json_type_name(const struct cJSON *v)
+{
+    return json_type_name(v);
 }
 
 /* The message's type; -1 with err filled. */

@@ -56,6 +56,20 @@ int proto_parse(const char *text, size_t len, const proto_limits *lim, proto_msg
                 proto_error *err);
 void proto_msg_free(proto_msg *m);
 
+/* The generation parameters of one JSON object, for the HTTP APIs: the prompt from prompt_field
+ * (a non-empty string), then the same optional fields and checks as generate's (max_tokens,
+ * temperature, top_k, top_p, seed, ignore_eos, stop), defaults from lim; the policy is left as
+ * iterative (the caller's route decides). Unknown fields are the caller's to check. 0, or -1 with
+ * *err; either way free m->prompt. */
+struct cJSON;
+int proto_parse_params(const struct cJSON *obj, const char *prompt_field, const proto_limits *lim,
+                       req_params *m, proto_error *err);
+/* A JSON object from text (UTF-8 checked by the caller), refusing trailing bytes and \u0000
+ * escapes as proto_parse does; NULL with *err. cJSON_Delete it. */
+struct cJSON *proto_parse_json_object(const char *text, size_t len, proto_error *err);
+/* "a string", "a number", ... for error messages. */
+const char *proto_json_type_name(const struct cJSON *v);
+
 void proto_error_set(proto_error *e, ifl_code code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

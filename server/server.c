@@ -88,8 +88,11 @@ static int srv_callback(struct lws *wsi, enum lws_callback_reasons reason, void 
             drain_bridge(s);
         return 0;
     case LWS_CALLBACK_HTTP:
+    case LWS_CALLBACK_HTTP_BODY:
+    case LWS_CALLBACK_HTTP_BODY_COMPLETION:
     case LWS_CALLBACK_HTTP_WRITEABLE:
-    case LWS_CALLBACK_CLOSED_HTTP: return http_callback(s, wsi, reason, c, in);
+    case LWS_CALLBACK_HTTP_DROP_PROTOCOL:
+    case LWS_CALLBACK_CLOSED_HTTP: return http_callback(s, wsi, reason, c, in, len);
     case LWS_CALLBACK_FILTER_NETWORK_CONNECTION:
     case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
     case LWS_CALLBACK_ESTABLISHED:

@@ -6,7 +6,8 @@
  *   ws.c       /ws connections: outbox, receive and reassembly, message dispatch, the request
  *              layer's sink that writes frames (protocol.h), step frames to subscribers;
  *   http.c     HTTP routes: the page's files, /healthz, /readyz, /metrics, the history API;
- *   http_v2.c  Triton's probes and metadata under /v2.
+ *   http_v2.c  Triton's probes and metadata under /v2;
+ *   http_gen.c generation over HTTP: Triton's generate and generate_stream.
  *
  * State and its guards:
  *   service thread   connections, their outboxes, the request layer, metrics, every JSON byte.
@@ -41,13 +42,15 @@ typedef struct srv_frame {
 
 /* Per-connection state: lws per-session data, zeroed by lws, used by plain HTTP (the http_* and
  * job fields) and by /ws connections (the rest). */
+typedef struct http_gen http_gen; /* http_gen.c: one HTTP generation request */
+
 typedef struct srv_conn {
     struct server *srv; /* set when the connection is established */
     struct lws *wsi;
     struct srv_conn *next; /* in server.conns (WebSocket connections only) */
     int is_ws;
     char peer[64];
-    req_owner owner; /* this connection's session and requests */
+    req_owner owner; /* this connection's session and requests (/ws, or HTTP generation) */
     srv_frame *out_head, *out_tail;
     size_t out_bytes;
     int subscribed;
@@ -66,6 +69,8 @@ typedef struct srv_conn {
     /* HTTP: the response being written */
     char *http_body;
     size_t http_len, http_sent;
+    int http_close_after; /* close the connection once this response is out */
+    http_gen *gen;        /* an HTTP generation request: its body, then its answer */
     /* HTTP: an answer computed elsewhere (history), written at the next HTTP_WRITEABLE */
     history_job *job; /* waiting for it; job->tag is this connection */
     history_job *answer;
@@ -107,7 +112,7 @@ void ws_close_all(server *s); /* the stop: every connection gets 1001 once its o
 
 /* http.c (service thread) */
 int http_callback(server *s, struct lws *wsi, enum lws_callback_reasons reason, srv_conn *c,
-                  void *in);
+                  void *in, size_t len);
 void http_history_answer(server *s, history_job *j);
 /* Starts the response: status, headers (Content-Length len; the security headers; one extra
  * header when extra_name is set), then body (heap, taken; written at HTTP_WRITEABLE) unless
@@ -117,6 +122,15 @@ int http_respond(srv_conn *c, struct lws *wsi, int status, const char *ctype, ch
 void http_on_history_done(void *ud, history_job *job); /* history thread: into the bridge */
 /* http_v2.c: GET/HEAD of a path under /v2 (service thread) */
 int http_v2(server *s, srv_conn *c, struct lws *wsi, const char *path, int head_only);
+/* http_gen.c (service thread): POST .../models/NAME/generate[_stream] (rest: from NAME on), its
+ * body's pieces and end, the stream's HTTP_WRITEABLE (http_gen_streaming: the connection has one),
+ * and the connection's close (its request, if any, is cancelled). */
+int http_gen_begin(server *s, srv_conn *c, struct lws *wsi, const char *rest);
+int http_gen_body(server *s, srv_conn *c, struct lws *wsi, const void *in, size_t len);
+int http_gen_body_done(server *s, srv_conn *c, struct lws *wsi);
+int http_gen_streaming(const srv_conn *c);
+int http_gen_writeable(srv_conn *c, struct lws *wsi);
+void http_gen_closed(server *s, srv_conn *c);
 /* A user key is 16..64 of A-Z a-z 0-9 _ -; kept only as its SHA-256 (hex). -1 if it does not fit.
  */
 int srv_user_key_hash(const char *key, char hex[65]);

@@ -1,6 +1,7 @@
 'use strict';
 // triton_probes: Triton's (KServe v2) probes and metadata under /v2 (server/http_v2.c).
-//  - a ready server: GET /v2 (and /v2/) is the server metadata {name, version, extensions};
+//  - a ready server: GET /v2 (and /v2/) is the server metadata {name, version, extensions:
+//    ["generate"]};
 //    /v2/health/live, /v2/health/ready, /v2/models/M/ready and /v2/models/M/versions/1/ready are
 //    200 with an empty body for both models (iterative-gpt2, simple-gpt2); /v2/models/M and
 //    .../versions/1 are the model metadata (name, versions ["1"], the policy it means, max_tokens
@@ -9,8 +10,8 @@
 //    paths under /v2 are 404 with Triton's {"error": "..."} naming what was wrong; POST, PUT and
 //    DELETE are 405 with Allow: GET, HEAD;
 //  - while the server stops (SIGTERM with a request still running and --grace 600), ready and
-//    model ready are 400 {"error": "shutting down"} while live stays 200; the request still ends
-//    with all its tokens and the server exits 0.
+//    model ready are 400 {"error": "shutting down"} while live stays 200, a generate is 503; the
+//    request still ends with all its tokens and the server exits 0.
 const L = require('./lib');
 
 const MODELS = { 'iterative-gpt2': 'iterative', 'simple-gpt2': 'static' };
@@ -53,7 +54,7 @@ async function checkReady(srv, vocab) {
   const port = srv.port;
   for (const p of ['/v2', '/v2/']) {
     const j = json(await getBoth(port, p, 200), `GET ${p}`);
-    L.eq(JSON.stringify(j), JSON.stringify({ name: 'inflight', version: j.version, extensions: [] }), `GET ${p}`);
+    L.eq(JSON.stringify(j), JSON.stringify({ name: 'inflight', version: j.version, extensions: ['generate'] }), `GET ${p}`);
     L.check(/^\d+\.\d+\.\d+$/.test(j.version), `GET ${p}: version ${JSON.stringify(j.version)}`);
   }
   await probeTrue(port, '/v2/health/live');
@@ -117,6 +118,11 @@ L.main('triton_probes', async () => {
   }
   const live = await L.httpRequest(srv.port, '/v2/health/live');
   L.eq(live.status, 200, 'GET /v2/health/live while stopping');
+  const body = '{"text_input":"Hello","max_tokens":2}';
+  const gen = await L.rawHttp(srv.port, `POST /v2/models/iterative-gpt2/generate HTTP/1.1\r\nHost: x\r\n` +
+    `Content-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`);
+  L.eq(gen.status, 503, 'POST generate while stopping');
+  L.check(/"error":"the server is shutting down"/.test(gen.text), `POST generate while stopping: ${gen.text.slice(-120)}`);
   const tokensThen = c.framesFor('long').filter((f) => f.msg.type === 'token').length;
   L.check(!c.framesFor('long').some((f) => f.msg.type === 'done'),
     'the request had ended before the probes were answered: they did not probe a stop in progress');
@@ -125,5 +131,5 @@ L.main('triton_probes', async () => {
   L.eq(end.finish_reason, 'length', 'its finish_reason');
   const ex = await L.withTimeout(srv.exitPromise, 60000, 'the server to exit');
   L.eq(ex.code, 0, 'exit status after the stop');
-  L.log(`while stopping (request at ${tokensThen} of 255 tokens): ${seen.join(', ')} ({"error":"shutting down"}), live 200; the request ended ${end.type} (${end.finish_reason}); exit 0`);
+  L.log(`while stopping (request at ${tokensThen} of 255 tokens): ${seen.join(', ')} ({"error":"shutting down"}), live 200, generate 503; the request ended ${end.type} (${end.finish_reason}); exit 0`);
 });
