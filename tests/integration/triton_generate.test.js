@@ -6,6 +6,9 @@
 //    fields at the top level or under "parameters", and the token counts are exact;
 //  - .../generate_stream is text/event-stream, sent chunked: one `data:` object per token whose
 //    text_outputs concatenate to the same text, then a last event with finish_reason;
+//  - the seed's demo: two streams, the second sent once the first has its first token, run
+//    together on iterative-gpt2 (a step holds both, the short one ends first) and one after the
+//    other on simple-gpt2 (no step holds both), by the server's step frames;
 //  - several requests on one keep-alive connection (the same client socket) all answer;
 //  - bad requests get the right status and {"error"} naming what was wrong (bad JSON, not an
 //    object, wrong types, out of range, unknown and doubled fields, empty prompt, not UTF-8, a body
@@ -165,6 +168,77 @@ async function checkErrors(srv) {
   L.log(`bad requests: ${cases.length} bodies (${seen.filter((s) => s === 400).length} x 400, ${seen.filter((s) => s === 413).length} x 413), 415, 411, 405, 404; then 200`);
 }
 
+// A stream whose first event and end can be awaited: {first, done} (done resolves with the body).
+function openStream(port, model, body) {
+  const data = JSON.stringify(body);
+  let firstResolve;
+  const first = new Promise((r) => { firstResolve = r; });
+  const done = new Promise((resolve, reject) => {
+    const req = http.request({ host: '127.0.0.1', port, path: `/v2/models/${model}/generate_stream`, method: 'POST',
+      agent: false, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(data) } }, (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (c) => {
+        text += c;
+        if (text.includes('\n\n')) firstResolve();
+      });
+      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, text }));
+      res.on('error', reject);
+    });
+    req.on('error', reject);
+    req.end(data);
+  });
+  return { first, done };
+}
+
+// The seed's demo over /v2: A (A_TOKENS) streams; once A's first event is in, B (B_TOKENS) is
+// sent to the same model. The verdict is the server's own step record (a /ws subscriber's step
+// frames): on iterative-gpt2 some step holds both and B ends first; on simple-gpt2 no step holds
+// both and B starts after A's last step. Only these two requests run meanwhile, so the rid that
+// comes first is A's.
+async function checkInterleave(srv, sub) {
+  const A_TOKENS = 200;
+  const B_TOKENS = 10;
+  const out = [];
+  for (const [model, policy] of [['iterative-gpt2', 'iterative'], ['simple-gpt2', 'static']]) {
+    const from = sub.frames.length;
+    const a = openStream(srv.port, model, { text_input: 'The history of the world begins', max_tokens: A_TOKENS, seed: 1, ignore_eos: true });
+    await a.first;
+    const b = openStream(srv.port, model, { text_input: 'Meanwhile, elsewhere', max_tokens: B_TOKENS, seed: 2, ignore_eos: true });
+    const [ra, rb] = await Promise.all([a.done, b.done]);
+    L.eq(ra.status, 200, `${model}: A's status`);
+    L.eq(rb.status, 200, `${model}: B's status`);
+    L.eq(sseEvents(ra, `${model} A`).length, A_TOKENS + 1, `${model}: A's events`);
+    L.eq(sseEvents(rb, `${model} B`).length, B_TOKENS + 1, `${model}: B's events`);
+    const stepsOf = () => sub.frames.slice(from).filter((f) => f.msg.type === 'step' && f.msg.model === policy).map((f) => f.msg);
+    const rids = () => [...new Set(stepsOf().flatMap((st) => st.seqs.map(([r]) => r)))];
+    await sub.waitFor(() => {
+      const rs = rids();
+      const st = stepsOf();
+      return rs.length === 2 && st.filter((x) => x.seqs.some(([r]) => r === rs[0])).length >= A_TOKENS &&
+        st.filter((x) => x.seqs.some(([r]) => r === rs[1])).length >= B_TOKENS;
+    }, 60000, `${policy}: the step frames of both requests`);
+    const steps = stepsOf();
+    const [rA, rB] = rids();
+    L.eq(steps.reduce((x, st) => x + st.dropped, 0), 0, `${policy}: step frames dropped`);
+    const withA = steps.filter((st) => st.seqs.some(([r]) => r === rA));
+    const withB = steps.filter((st) => st.seqs.some(([r]) => r === rB));
+    const both = steps.filter((st) => withA.includes(st) && withB.includes(st));
+    const aLast = withA[withA.length - 1].step;
+    const bFirst = withB[0].step;
+    const bLast = withB[withB.length - 1].step;
+    if (policy === 'iterative') {
+      L.check(both.length > 0, `iterative-gpt2: no step holds both requests (A ${withA[0].step}..${aLast}, B ${bFirst}..${bLast})`);
+      L.check(bLast < aLast, `iterative-gpt2: B (steps ${bFirst}..${bLast}) did not end before A (last step ${aLast})`);
+    } else {
+      L.eq(both.length, 0, 'simple-gpt2: steps holding both requests');
+      L.check(bFirst > aLast, `simple-gpt2: B's first step ${bFirst} is not after A's last ${aLast}`);
+    }
+    out.push(`${model}: A steps ${withA[0].step}..${aLast}, B ${bFirst}..${bLast}, ${both.length} steps hold both`);
+  }
+  L.log(`the seed's demo over /v2: ${out.join('; ')}`);
+}
+
 async function metricValue(port, name) {
   const m = await L.fetchMetrics(port);
   const v = m.samples.filter((s) => s.name === name).reduce((x, s) => x + s.value, 0);
@@ -206,6 +280,9 @@ L.main('triton_generate', async () => {
   const srv = await L.startServer(bin, vocab, model, ['--no-request-log', '--max-message', String(MAX_MESSAGE)]);
   const c = await L.Client.open(srv.port, { name: 'ws-ref' });
   await checkSameText(srv, c);
+  c.send({ type: 'subscribe', topic: 'steps' });
+  await c.waitFor((f) => f.msg.type === 'subscribed', 30000, 'subscribed');
+  await checkInterleave(srv, c);
   await checkKeepAlive(srv);
   await checkErrors(srv);
   await checkClientLeaves(srv);
