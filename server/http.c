@@ -1,7 +1,8 @@
 /* http.c: the HTTP side of the one port (service.h): files of web/ only through plain path
  * segments (then realpath must stay inside web/), /healthz, /readyz, /metrics, and the history
  * API (checked here, answered by the history thread through the bridge), and Triton's probes and
- * metadata under /v2 (http_v2.c); POST .../generate[_stream] goes to http_gen.c. Every response
+ * metadata under /v2 (http_v2.c), OpenAI's GET /v1/models; POST .../generate[_stream],
+ * /v1/completions and /v1/chat/completions go to http_gen.c. Every response
  * carries nosniff, no-referrer and a strict Content-Security-Policy; only GET and HEAD (405
  * otherwise); /ws without an upgrade is 426. Service thread, except http_on_history_done. */
 #include <limits.h>
@@ -11,6 +12,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 
+#include "http_api.h"
 #include "service.h"
 #include "sha256.h"
 #include "util.h"
@@ -320,14 +322,43 @@ static int http_metrics(server *s, srv_conn *c, struct lws *wsi, int head_only)
                         sb_steal(&sb), n, head_only, NULL, NULL);
 }
 
-/* /v2/models/NAME/generate or /v2/models/NAME/generate_stream */
-static int is_generate_path(const char *path)
+/* GET /v1/models and /v1/models/ID (OpenAI's shape); anything else under /v1: 404 in that shape. */
+static int http_v1(server *s, srv_conn *c, struct lws *wsi, const char *path, int head_only)
 {
-    if (strncmp(path, "/v2/models/", 11))
-        return 0;
-    const char *slash = strchr(path + 11, '/');
-    return slash && slash > path + 11 &&
-           (!strcmp(slash, "/generate") || !strcmp(slash, "/generate_stream"));
+    strbuf sb;
+    sb_init(&sb, 0);
+    int status = HTTP_STATUS_OK;
+    const char *served = http_gen_served_name(s);
+    long long created = (long long)(s->t0_unix);
+    ifl_policy pol;
+    if (!strcmp(path, "/v1/models")) {
+        openai_write_models(&sb, served, created);
+    } else if (!strncmp(path, "/v1/models/", 11) && !http_model_policy(path + 11, served, &pol)) {
+        sb_puts(&sb, "{\"id\":");
+        sb_json_str(&sb, path + 11, strlen(path + 11));
+        sb_printf(&sb,
+                  ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"inflight\","
+                  "\"policy\":\"%s\"}",
+                  created, ifl_policy_name(pol));
+    } else if (!strncmp(path, "/v1/models/", 11)) {
+        status = HTTP_STATUS_NOT_FOUND;
+        char msg[200];
+        snprintf(msg, sizeof msg, "the model '%.64s' does not exist (GET /v1/models)", path + 11);
+        openai_write_error(&sb, status, IFL_CODE_UNKNOWN_MODEL, "model", msg, 0);
+    } else {
+        status = HTTP_STATUS_NOT_FOUND;
+        openai_write_error(&sb, status, IFL_CODE_INVALID_REQUEST, NULL,
+                           "no such endpoint: /v1 has GET /v1/models, POST /v1/completions and "
+                           "POST /v1/chat/completions",
+                           0);
+    }
+    if (!sb_ok(&sb)) {
+        sb_free(&sb);
+        return -1;
+    }
+    size_t n = sb.len;
+    return http_respond(c, wsi, status, "application/json", sb_steal(&sb), n, head_only, NULL,
+                        NULL);
 }
 
 static int http_request(server *s, srv_conn *c, struct lws *wsi, const char *path)
@@ -336,10 +367,15 @@ static int http_request(server *s, srv_conn *c, struct lws *wsi, const char *pat
     c->http_close_after = 0;
     int is_get = lws_hdr_total_length(wsi, WSI_TOKEN_GET_URI) > 0;
     int is_head = lws_hdr_total_length(wsi, WSI_TOKEN_HEAD_URI) > 0;
-    if (lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI) > 0 && is_generate_path(path))
-        return http_gen_begin(s, c, wsi, path + strlen("/v2/models/"));
-    if (is_generate_path(path) && !lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI)) {
-        char *b = strdup("{\"error\":\"method not allowed: generate takes POST\"}");
+    int is_post = lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI) > 0;
+    if (is_post && http_gen_is_path(path))
+        return http_gen_begin(s, c, wsi, path);
+    if (http_gen_is_path(path) && !is_post) {
+        char *b = strdup(!strncmp(path, "/v1/", 4)
+                             ? "{\"error\":{\"message\":\"method not allowed: this endpoint takes "
+                               "POST\",\"type\":\"invalid_request_error\",\"param\":null,"
+                               "\"code\":\"invalid_request\"}}"
+                             : "{\"error\":\"method not allowed: generate takes POST\"}");
         if (!b)
             return -1;
         return http_respond(c, wsi, HTTP_STATUS_METHOD_NOT_ALLOWED, "application/json", b,
@@ -362,6 +398,8 @@ static int http_request(server *s, srv_conn *c, struct lws *wsi, const char *pat
         return http_api(s, c, wsi, path);
     if (!strncmp(path, "/v2", 3) && (!path[3] || path[3] == '/'))
         return http_v2(s, c, wsi, path, is_head);
+    if (!strncmp(path, "/v1/", 4))
+        return http_v1(s, c, wsi, path, is_head);
     if (!strcmp(path, "/ws"))
         return http_text(c, wsi, 426, "this is the WebSocket endpoint: connect with a WebSocket\n",
                          is_head);

@@ -1,40 +1,38 @@
-/* http_gen.c: generation over plain HTTP, on the request layer (request.h) like /ws: Triton's
- * generate extension, POST /v2/models/{iterative-gpt2,simple-gpt2}/generate (one JSON answer) and
- * .../generate_stream (Server-Sent Events, one `data:` object per token, flushed as produced).
+/* http_gen.c: generation over plain HTTP, on the request layer (request.h) like /ws, for the APIs
+ * of http_api.h: Triton's generate extension (POST /v2/models/{iterative-gpt2,simple-gpt2}/generate
+ * and .../generate_stream) and OpenAI's POST /v1/completions and /v1/chat/completions (with
+ * "stream": true). This file does what they share: the route, the body, the submission, the
+ * request layer's sink, and the answer: one JSON object, or Server-Sent Events sent chunked and
+ * flushed as each token comes.
  *
  * One request at a time per connection, and each request is an owner of its own (a session in the
  * batchers' fairness and in the request log: lws gives every HTTP transaction fresh per-session
- * data), so a client that goes away cancels it (req_owner_gone: its KV blocks are free within one
- * step). After the answer the connection stays open for the next request (keep-alive): a JSON
- * answer has a Content-Length, a stream is sent chunked.
+ * data; OpenAI's "user" names the session instead), so a client that goes away cancels it
+ * (req_owner_gone: its KV blocks are free within one step). After the answer the connection stays
+ * open for the next request (keep-alive).
  *
  * The body: Content-Length required (411 without one; lws 4.1 does not decode chunked request
- * bodies), at most --max-message bytes (413), Content-Type application/json (or none, or curl -d's
- * application/x-www-form-urlencoded, as Triton's own curl examples send; else 415). Then
- * {"text_input": "...", "max_tokens": N, ...}: the sampling fields of /ws's generate, at the top
- * level or under "parameters" (not both), checked by protocol.c's proto_parse_params; "id" is
- * echoed. Errors are {"error": "..."} with the status of codes.h. Service thread. */
+ * bodies), at most --max-message bytes (413), Content-Type application/json (Triton: also none or
+ * curl -d's application/x-www-form-urlencoded, as Triton's own curl examples send; else 415).
+ * Service thread. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include "db.h"
+#include "http_api.h"
 #include "service.h"
 #include "util.h"
 
-#define GEN_ID_MAX 64
 #define SSE_CHUNK 16384
 
 struct http_gen {
     server *s;
     struct lws *wsi;
-    int stream;
-    ifl_policy policy;
-    const char *model; /* the route's name: "iterative-gpt2" or "simple-gpt2" */
-    char id[GEN_ID_MAX + 1];
-    int has_id;
+    http_req_info ri;
     /* the body */
     char *body;
     size_t body_len, body_cap;
@@ -46,14 +44,6 @@ struct http_gen {
     strbuf text;        /* JSON answer: the completion so far */
     strbuf out;         /* stream: bytes to send */
     size_t out_sent;    /* of out */
-};
-
-static const struct {
-    const char *name;
-    ifl_policy policy;
-} gen_models[] = {
-    {"iterative-gpt2", IFL_POLICY_ITERATIVE},
-    {"simple-gpt2", IFL_POLICY_STATIC},
 };
 
 static void gen_free(srv_conn *c)
@@ -68,19 +58,17 @@ static void gen_free(srv_conn *c)
     c->gen = NULL;
 }
 
-/* An error answer: {"error": msg} (and the id when the request had one). */
-static int gen_error_answer(srv_conn *c, struct lws *wsi, int status, const char *msg, int close)
+/* An error answer in the API's shape, with `status` (close: the connection closes after it). */
+static int gen_error_answer(srv_conn *c, struct lws *wsi, const http_req_info *ri, int status,
+                            ifl_code code, const char *param, const char *msg, int close)
 {
     strbuf sb;
     sb_init(&sb, 0);
-    sb_puts(&sb, "{\"error\":");
-    sb_json_str(&sb, msg, strlen(msg));
-    if (c->gen && c->gen->has_id) {
-        sb_puts(&sb, ",\"id\":");
-        sb_json_str(&sb, c->gen->id, strlen(c->gen->id));
-    }
-    sb_puts(&sb, "}");
-    gen_free(c);
+    if (ri->api == HTTP_API_TRITON)
+        triton_write_error(&sb, ri, code, msg, 0);
+    else
+        openai_write_error(&sb, status, code, param, msg, 0);
+    gen_free(c); /* ri may be c->gen's: written above */
     if (!sb_ok(&sb)) {
         sb_free(&sb);
         return -1;
@@ -114,34 +102,18 @@ static int sse_headers(struct lws *wsi)
     return 0;
 }
 
-/* Queues one event: "data: " obj "\n\n" (obj: the JSON text of sb). */
-static void sse_event(http_gen *g, const strbuf *obj)
+/* Queues stream bytes (whole events) for the next HTTP_WRITEABLE. */
+static void sse_queue(http_gen *g, const strbuf *ev)
 {
-    if (!sb_ok(obj)) {
+    if (!sb_ok(ev)) {
         g->out.oom = 1;
         return;
     }
-    sb_puts(&g->out, "data: ");
-    sb_append(&g->out, sb_text(obj), obj->len);
-    sb_puts(&g->out, "\n\n");
+    sb_append(&g->out, sb_text(ev), ev->len);
     if (g->wsi)
         lws_callback_on_writable(g->wsi);
 }
 
-/* The Triton answer's fixed part: {"model_name":...,"model_version":"1", (open). */
-static void put_head(strbuf *sb, const http_gen *g)
-{
-    sb_puts(sb, "{\"model_name\":");
-    sb_json_str(sb, g->model, strlen(g->model));
-    sb_puts(sb, ",\"model_version\":\"1\"");
-    if (g->has_id) {
-        sb_puts(sb, ",\"id\":");
-        sb_json_str(sb, g->id, strlen(g->id));
-    }
-}
-
-/* HTTP_WRITEABLE of a stream: headers first, then what is queued as one chunk, then the last
- * chunk once the request ended; then the connection waits for its next request. */
 static int stream_writeable(srv_conn *c, struct lws *wsi)
 {
     http_gen *g = c->gen;
@@ -204,17 +176,17 @@ static void sink_token(void *fe, const srv_req *r, int32_t index, int32_t token,
     http_gen *g = c->gen;
     if (!g)
         return;
-    if (!g->stream) {
+    if (!g->ri.stream) {
         sb_append(&g->text, text, len);
         return;
     }
     strbuf ev;
     sb_init(&ev, 0);
-    put_head(&ev, g);
-    sb_puts(&ev, ",\"text_output\":");
-    sb_json_str(&ev, text, len);
-    sb_puts(&ev, "}");
-    sse_event(g, &ev);
+    if (g->ri.api == HTTP_API_TRITON)
+        triton_write_token(&ev, &g->ri, text, len);
+    else
+        openai_write_token(&ev, &g->ri, text, len);
+    sse_queue(g, &ev);
     sb_free(&ev);
 }
 
@@ -225,39 +197,31 @@ static void sink_done(void *fe, const srv_req *r, const req_result *res)
     http_gen *g = c->gen;
     if (!g || !g->wsi)
         return;
-    if (res->finish == IFL_FINISH_ERROR && !g->stream) {
-        gen_error_answer(c, g->wsi, ifl_code_get(res->code)->http_status,
+    if (res->finish == IFL_FINISH_ERROR && !g->ri.stream) {
+        gen_error_answer(c, g->wsi, &g->ri, ifl_code_get(res->code)->http_status, res->code, NULL,
                          res->message ? res->message : "the engine failed", 0);
         return;
     }
     strbuf sb;
     sb_init(&sb, 0);
-    put_head(&sb, g);
-    sb_puts(&sb, ",\"text_output\":");
-    if (g->stream)
-        sb_puts(&sb, "\"\"");
+    const char *text = g->text.buf ? sb_text(&g->text) : "";
+    if (g->ri.api == HTTP_API_TRITON)
+        triton_write_end(&sb, &g->ri, res, text, g->text.len);
     else
-        sb_json_str(&sb, g->text.buf ? sb_text(&g->text) : "", g->text.len);
-    if (res->finish == IFL_FINISH_ERROR) {
-        const char *m = res->message ? res->message : "the engine failed";
-        sb_puts(&sb, ",\"error\":");
-        sb_json_str(&sb, m, strlen(m));
-    }
-    sb_printf(&sb, ",\"finish_reason\":\"%s\",\"prompt_tokens\":%d,\"completion_tokens\":%d}",
-              ifl_finish_name(res->finish), (int)res->prompt_tokens, (int)res->completion_tokens);
-    if (g->stream) {
+        openai_write_end(&sb, &g->ri, res, text, g->text.len);
+    if (g->ri.stream) {
         g->ended = 1;
-        sse_event(g, &sb);
+        sse_queue(g, &sb);
         sb_free(&sb);
-        return;
-    }
-    if (!sb_ok(&sb) || g->text.oom) {
-        sb_free(&sb);
-        gen_error_answer(c, g->wsi, HTTP_STATUS_INTERNAL_SERVER_ERROR, "no memory for the answer",
-                         0);
         return;
     }
     struct lws *wsi = g->wsi;
+    if (!sb_ok(&sb) || g->text.oom) {
+        sb_free(&sb);
+        gen_error_answer(c, wsi, &g->ri, HTTP_STATUS_INTERNAL_SERVER_ERROR, IFL_CODE_OUT_OF_MEMORY,
+                         NULL, "no memory for the answer", 0);
+        return;
+    }
     gen_free(c);
     size_t n = sb.len;
     if (http_respond(c, wsi, HTTP_STATUS_OK, "application/json", sb_steal(&sb), n, 0, NULL, NULL))
@@ -272,20 +236,20 @@ static void sink_error(void *fe, const char *id, ifl_code code, const char *mess
     http_gen *g = c->gen;
     if (!g || !g->wsi)
         return;
-    if (g->stream && g->headers_sent) {
+    if (g->ri.stream && g->headers_sent) {
         strbuf sb;
         sb_init(&sb, 0);
-        put_head(&sb, g);
-        sb_puts(&sb, ",\"error\":");
-        sb_json_str(&sb, message, strlen(message));
-        sb_puts(&sb, "}");
+        if (g->ri.api == HTTP_API_TRITON)
+            triton_write_error(&sb, &g->ri, code, message, 1);
+        else
+            openai_write_error(&sb, ifl_code_get(code)->http_status, code, NULL, message, 1);
         g->ended = 1;
-        sse_event(g, &sb);
+        sse_queue(g, &sb);
         sb_free(&sb);
         return;
     }
     struct lws *wsi = g->wsi;
-    if (gen_error_answer(c, wsi, ifl_code_get(code)->http_status, message, 0))
+    if (gen_error_answer(c, wsi, &g->ri, ifl_code_get(code)->http_status, code, NULL, message, 0))
         lws_set_timeout(wsi, PENDING_TIMEOUT_CLOSE_SEND, LWS_TO_KILL_ASYNC);
 }
 
@@ -297,44 +261,75 @@ static const req_sink HTTP_SINK = {.queued = sink_queued,
 
 /* ---- the request ----------------------------------------------------------------------------- */
 
-/* Content-Type application/json, none, or application/x-www-form-urlencoded (curl -d). */
-static int content_type_ok(struct lws *wsi, char *got, size_t cap)
+/* Content-Type application/json; for Triton also none or application/x-www-form-urlencoded
+ * (curl -d's). */
+static int content_type_ok(struct lws *wsi, http_api_kind api, char *got, size_t cap)
 {
     got[0] = 0;
     if (lws_hdr_copy(wsi, got, (int)cap, WSI_TOKEN_HTTP_CONTENT_TYPE) <= 0)
-        return 1;
+        return api == HTTP_API_TRITON;
     size_t n = strcspn(got, "; \t");
     return (n == 16 && !strncasecmp(got, "application/json", 16)) ||
-           (n == 33 && !strncasecmp(got, "application/x-www-form-urlencoded", 33));
+           (api == HTTP_API_TRITON && n == 33 &&
+            !strncasecmp(got, "application/x-www-form-urlencoded", 33));
 }
 
-int http_gen_begin(server *s, srv_conn *c, struct lws *wsi, const char *rest)
+/* The route of a POST path: 0 with *ri's api, stream (Triton) and model set; -1 if it is not a
+ * generation path; -2 for an unknown Triton model (its name in ri->model). */
+static int route(const char *path, http_req_info *ri)
 {
-    size_t nlen = strcspn(rest, "/");
-    const char *tail = rest + nlen;
-    int stream = !strcmp(tail, "/generate_stream");
-    size_t m = sizeof gen_models / sizeof gen_models[0];
-    for (size_t i = 0; i < sizeof gen_models / sizeof gen_models[0]; i++)
-        if (strlen(gen_models[i].name) == nlen && !strncmp(rest, gen_models[i].name, nlen))
-            m = i;
+    memset(ri, 0, sizeof *ri);
+    if (!strcmp(path, "/v1/completions") || !strcmp(path, "/v1/chat/completions")) {
+        ri->api = path[4] == 'c' && path[5] == 'h' ? HTTP_API_CHAT : HTTP_API_COMPLETIONS;
+        return 0;
+    }
+    if (strncmp(path, "/v2/models/", 11))
+        return -1;
+    const char *name = path + 11;
+    size_t nlen = strcspn(name, "/");
+    const char *tail = name + nlen;
+    if (!nlen || (strcmp(tail, "/generate") && strcmp(tail, "/generate_stream")))
+        return -1;
+    ri->api = HTTP_API_TRITON;
+    ri->stream = !strcmp(tail, "/generate_stream");
+    snprintf(ri->model, sizeof ri->model, "%.*s",
+             (int)(nlen > HTTP_MODEL_MAX ? HTTP_MODEL_MAX : nlen), name);
+    if (strcmp(ri->model, "iterative-gpt2") && strcmp(ri->model, "simple-gpt2"))
+        return -2;
+    http_model_policy(ri->model, NULL, &ri->policy);
+    return 0;
+}
+
+int http_gen_is_path(const char *path)
+{
+    http_req_info ri;
+    return route(path, &ri) != -1;
+}
+
+int http_gen_begin(server *s, srv_conn *c, struct lws *wsi, const char *path)
+{
+    http_req_info ri;
     char msg[300];
-    if (m == sizeof gen_models / sizeof gen_models[0]) {
-        snprintf(msg, sizeof msg,
-                 "unknown model '%.*s': this server has iterative-gpt2, simple-gpt2",
-                 (int)(nlen > 128 ? 128 : nlen), rest);
-        return gen_error_answer(c, wsi, HTTP_STATUS_NOT_FOUND, msg, 1);
+    int rt = route(path, &ri);
+    if (rt == -2) {
+        snprintf(msg, sizeof msg, "unknown model '%s': this server has iterative-gpt2, simple-gpt2",
+                 ri.model);
+        return gen_error_answer(c, wsi, &ri, HTTP_STATUS_NOT_FOUND, IFL_CODE_UNKNOWN_MODEL, "model",
+                                msg, 1);
     }
     if (s->stopping || !atomic_load(&s->ready))
         return gen_error_answer(
-            c, wsi, HTTP_STATUS_SERVICE_UNAVAILABLE,
+            c, wsi, &ri, HTTP_STATUS_SERVICE_UNAVAILABLE, IFL_CODE_SHUTTING_DOWN, NULL,
             s->stopping ? "the server is shutting down" : "not ready: loading the model", 1);
     char ct[128], cl[32];
-    if (!content_type_ok(wsi, ct, sizeof ct)) {
+    if (!content_type_ok(wsi, ri.api, ct, sizeof ct)) {
         snprintf(msg, sizeof msg, "Content-Type is '%.64s': the body must be application/json", ct);
-        return gen_error_answer(c, wsi, HTTP_STATUS_UNSUPPORTED_MEDIA_TYPE, msg, 1);
+        return gen_error_answer(c, wsi, &ri, HTTP_STATUS_UNSUPPORTED_MEDIA_TYPE,
+                                IFL_CODE_INVALID_REQUEST, NULL, msg, 1);
     }
     if (lws_hdr_copy(wsi, cl, sizeof cl, WSI_TOKEN_HTTP_CONTENT_LENGTH) <= 0)
-        return gen_error_answer(c, wsi, HTTP_STATUS_LENGTH_REQUIRED,
+        return gen_error_answer(c, wsi, &ri, HTTP_STATUS_LENGTH_REQUIRED, IFL_CODE_INVALID_REQUEST,
+                                NULL,
                                 "a Content-Length is required (chunked request bodies are not "
                                 "accepted)",
                                 1);
@@ -343,7 +338,8 @@ int http_gen_begin(server *s, srv_conn *c, struct lws *wsi, const char *rest)
     if (*end || len > (unsigned long long)s->o->max_message) {
         snprintf(msg, sizeof msg, "the body is %s bytes: at most %d (--max-message)", cl,
                  (int)s->o->max_message);
-        return gen_error_answer(c, wsi, HTTP_STATUS_REQ_ENTITY_TOO_LARGE, msg, 1);
+        return gen_error_answer(c, wsi, &ri, HTTP_STATUS_REQ_ENTITY_TOO_LARGE,
+                                IFL_CODE_INVALID_REQUEST, NULL, msg, 1);
     }
     gen_free(c);
     http_gen *g = calloc(1, sizeof *g);
@@ -351,18 +347,16 @@ int http_gen_begin(server *s, srv_conn *c, struct lws *wsi, const char *rest)
         return -1;
     g->s = s;
     g->wsi = wsi;
+    g->ri = ri;
     g->t_arrival = ifl_now_us();
-    g->stream = stream;
-    g->policy = gen_models[m].policy;
-    g->model = gen_models[m].name;
     g->body_cap = (size_t)len;
     g->body = malloc(g->body_cap + 1);
     sb_init(&g->text, 0);
     sb_init(&g->out, 0);
     c->gen = g;
     if (!g->body)
-        return gen_error_answer(c, wsi, HTTP_STATUS_INTERNAL_SERVER_ERROR, "no memory for the body",
-                                1);
+        return gen_error_answer(c, wsi, &g->ri, HTTP_STATUS_INTERNAL_SERVER_ERROR,
+                                IFL_CODE_OUT_OF_MEMORY, NULL, "no memory for the body", 1);
     if (!len) /* lws sends no BODY_COMPLETION for an empty body */
         return http_gen_body_done(s, c, wsi);
     return 0;
@@ -375,97 +369,24 @@ int http_gen_body(server *s, srv_conn *c, struct lws *wsi, const void *in, size_
     if (!g)
         return 0;
     if (g->body_len + len > g->body_cap)
-        return gen_error_answer(c, wsi, HTTP_STATUS_BAD_REQUEST,
-                                "the body is longer than its Content-Length", 1);
+        return gen_error_answer(c, wsi, &g->ri, HTTP_STATUS_BAD_REQUEST, IFL_CODE_INVALID_REQUEST,
+                                NULL, "the body is longer than its Content-Length", 1);
     memcpy(g->body + g->body_len, in, len);
     g->body_len += len;
     return 0;
 }
 
-static const char *const TOP_FIELDS[] = {"text_input",  "parameters", "id",    "max_tokens",
-                                         "temperature", "top_k",      "top_p", "seed",
-                                         "stop",        "ignore_eos", NULL};
-
-static int in_list(const char *const *list, const char *name)
+/* The request's owner: a session of its own in the batchers and in the request log (whose
+ * requests rows need it), or the one OpenAI's "user" names (the same user, the same session). */
+static void open_session(server *s, srv_conn *c, struct lws *wsi, const http_req_info *ri)
 {
-    for (; *list; list++)
-        if (!strcmp(*list, name))
-            return 1;
-    return 0;
-}
-
-/* The request as /ws's generate would have it: a copy of the body's object with the fields of
- * "parameters" moved to the top level (a field in both is an error), unknown fields refused, and
- * the id (a string of 1..64 bytes) taken out. NULL with *err. */
-static cJSON *flatten(const cJSON *root, http_gen *g, proto_error *err)
-{
-    const cJSON *f;
-    cJSON_ArrayForEach(f, root)
-    {
-        if (!in_list(TOP_FIELDS, f->string ? f->string : "")) {
-            proto_error_set(err, IFL_CODE_UNKNOWN_FIELD,
-                            "the request has no field '%.64s' (text_input, parameters, id, "
-                            "max_tokens, temperature, top_k, top_p, seed, stop, ignore_eos)",
-                            f->string ? f->string : "");
-            return NULL;
-        }
+    uint64_t session = req_random_u64(&s->rl);
+    if (ri->has_user) {
+        session = 1469598103934665603ull; /* FNV-1a of the name */
+        for (const char *q = ri->user; *q; q++)
+            session = (session ^ (unsigned char)*q) * 1099511628211ull;
     }
-    const cJSON *id = cJSON_GetObjectItemCaseSensitive(root, "id");
-    if (id) {
-        size_t n = cJSON_IsString(id) && id->valuestring ? strlen(id->valuestring) : 0;
-        if (!n || n > GEN_ID_MAX) {
-            proto_error_set(err, IFL_CODE_WRONG_TYPE,
-                            "field 'id' must be a string of 1 to %d bytes", GEN_ID_MAX);
-            return NULL;
-        }
-        memcpy(g->id, id->valuestring, n + 1);
-        g->has_id = 1;
-    }
-    cJSON *flat = cJSON_Duplicate(root, 1);
-    if (!flat) {
-        proto_error_set(err, IFL_CODE_OUT_OF_MEMORY, "no memory for the request");
-        return NULL;
-    }
-    cJSON_DeleteItemFromObjectCaseSensitive(flat, "id");
-    cJSON *params = cJSON_DetachItemFromObjectCaseSensitive(flat, "parameters");
-    if (!params)
-        return flat;
-    if (!cJSON_IsObject(params)) {
-        proto_error_set(err, IFL_CODE_WRONG_TYPE, "field 'parameters' must be an object, not %s",
-                        proto_json_type_name(params));
-        goto fail;
-    }
-    cJSON *p;
-    while ((p = params->child)) {
-        const char *name = p->string ? p->string : "";
-        if (!in_list(TOP_FIELDS + 3, name)) {
-            proto_error_set(err, IFL_CODE_UNKNOWN_FIELD,
-                            "'parameters' has no field '%.64s' (max_tokens, temperature, top_k, "
-                            "top_p, seed, stop, ignore_eos)",
-                            name);
-            goto fail;
-        }
-        if (cJSON_GetObjectItemCaseSensitive(flat, name)) {
-            proto_error_set(err, IFL_CODE_INVALID_REQUEST,
-                            "field '%s' is given both at the top level and under 'parameters'",
-                            name);
-            goto fail;
-        }
-        cJSON_AddItemToObject(flat, name, cJSON_DetachItemViaPointer(params, p));
-    }
-    cJSON_Delete(params);
-    return flat;
-fail:
-    cJSON_Delete(params);
-    cJSON_Delete(flat);
-    return NULL;
-}
-
-/* The connection's first generation request: it becomes an owner (a session of its own in the
- * batchers and in the request log, whose requests rows need it). */
-static void open_session(server *s, srv_conn *c, struct lws *wsi)
-{
-    req_owner_init(&c->owner, &HTTP_SINK, c, req_random_u64(&s->rl), 1);
+    req_owner_init(&c->owner, &HTTP_SINK, c, session, 1);
     if (!s->log.db)
         return;
     lws_get_peer_simple(wsi, c->peer, sizeof c->peer);
@@ -478,6 +399,42 @@ static void open_session(server *s, srv_conn *c, struct lws *wsi)
     ifl_dblog_session_open(s->log.db, &rec);
 }
 
+static const char *served_name(const server *s)
+{
+    const char *d = s->o->model_dir ? s->o->model_dir : "gpt2";
+    size_t n = strlen(d);
+    while (n > 1 && d[n - 1] == '/')
+        n--;
+    const char *b = d + n;
+    while (b > d && b[-1] != '/')
+        b--;
+    static char name[HTTP_MODEL_MAX + 1];
+    snprintf(name, sizeof name, "%.*s",
+             (int)(d + n - b > HTTP_MODEL_MAX ? HTTP_MODEL_MAX : d + n - b), b);
+    return name;
+}
+
+const char *http_gen_served_name(const server *s)
+{
+    return served_name(s);
+}
+
+static int parse_body(server *s, http_gen *g, req_params *p, proto_error *pe)
+{
+    if (!ifl_utf8_valid(g->body, g->body_len)) {
+        proto_error_set(pe, IFL_CODE_INVALID_MESSAGE, "the body is not valid UTF-8");
+        return -1;
+    }
+    cJSON *root = proto_parse_json_object(g->body, g->body_len, pe);
+    if (!root)
+        return -1;
+    int rc = g->ri.api == HTTP_API_TRITON
+                 ? triton_parse(root, &s->lim, &g->ri, p, pe)
+                 : openai_parse(root, &s->lim, served_name(s), &g->ri, p, pe);
+    cJSON_Delete(root);
+    return rc;
+}
+
 int http_gen_body_done(server *s, srv_conn *c, struct lws *wsi)
 {
     http_gen *g = c->gen;
@@ -487,37 +444,33 @@ int http_gen_body_done(server *s, srv_conn *c, struct lws *wsi)
     memset(&pe, 0, sizeof pe);
     req_params p;
     memset(&p, 0, sizeof p);
-    cJSON *root = NULL, *flat = NULL;
-    if (!ifl_utf8_valid(g->body, g->body_len)) {
-        proto_error_set(&pe, IFL_CODE_INVALID_MESSAGE, "the body is not valid UTF-8");
-        goto refuse;
+    if (parse_body(s, g, &p, &pe)) {
+        free(p.prompt);
+        metrics_count_error(&s->m, pe.code);
+        return gen_error_answer(c, wsi, &g->ri, ifl_code_get(pe.code)->http_status, pe.code,
+                                pe.param[0] ? pe.param : NULL, pe.message, 0);
     }
-    if (!(root = proto_parse_json_object(g->body, g->body_len, &pe)) ||
-        !(flat = flatten(root, g, &pe)) || proto_parse_params(flat, "text_input", &s->lim, &p, &pe))
-        goto refuse;
-    cJSON_Delete(flat);
-    cJSON_Delete(root);
     free(g->body);
     g->body = NULL;
-    p.policy = g->policy;
+    if (g->ri.api != HTTP_API_TRITON) {
+        g->ri.created = (long long)time(NULL);
+        snprintf(g->ri.resp_id, sizeof g->ri.resp_id, "%s-%016llx",
+                 g->ri.api == HTTP_API_CHAT ? "chatcmpl" : "cmpl",
+                 (unsigned long long)req_random_u64(&s->rl));
+    }
+    p.policy = g->ri.policy;
     snprintf(p.id, sizeof p.id, "http");
     if (!c->owner.sink)
-        open_session(s, c, wsi);
+        open_session(s, c, wsi, &g->ri);
     g->submitted = 1;
     lws_set_timeout(wsi, NO_PENDING_TIMEOUT, 0); /* the answer may take longer than lws's 30 s */
     srv_req *r = req_submit(&s->rl, &c->owner, &p, g->t_arrival);
     free(p.prompt); /* req_submit took it, or left it to us */
     if (!r)
         return 0; /* refused: sink_error answered */
-    if (g->stream)
+    if (g->ri.stream)
         lws_callback_on_writable(wsi); /* the headers now: the client sees 200 at once */
     return 0;
-refuse:
-    free(p.prompt);
-    cJSON_Delete(flat);
-    cJSON_Delete(root);
-    metrics_count_error(&s->m, pe.code);
-    return gen_error_answer(c, wsi, ifl_code_get(pe.code)->http_status, pe.message, 0);
 }
 
 int http_gen_writeable(srv_conn *c, struct lws *wsi)
@@ -527,7 +480,7 @@ int http_gen_writeable(srv_conn *c, struct lws *wsi)
 
 int http_gen_streaming(const srv_conn *c)
 {
-    return c->gen && c->gen->stream && c->gen->submitted;
+    return c->gen && c->gen->ri.stream && c->gen->submitted;
 }
 
 void http_gen_closed(server *s, srv_conn *c)

@@ -59,10 +59,16 @@ static void clip(char *dst, size_t cap, const char *s)
         strcat(dst, "...");
 }
 
+static void set_param(proto_error *err, const char *field)
+{
+    snprintf(err->param, sizeof err->param, "%s", field);
+}
+
 static int want_string(const cJSON *v, const char *field, proto_error *err)
 {
     if (cJSON_IsString(v) && v->valuestring)
         return 0;
+    set_param(err, field);
     proto_error_set(err, IFL_CODE_WRONG_TYPE, "field '%s' must be a string, not %s", field,
                     json_type_name(v));
     return -1;
@@ -71,6 +77,7 @@ static int want_string(const cJSON *v, const char *field, proto_error *err)
 static int want_int(const cJSON *v, const char *field, double lo, double hi, double *out,
                     proto_error *err)
 {
+    set_param(err, field); /* cleared again on success */
     if (!cJSON_IsNumber(v)) {
         proto_error_set(err, IFL_CODE_WRONG_TYPE, "field '%s' must be an integer, not %s", field,
                         json_type_name(v));
@@ -87,12 +94,14 @@ static int want_int(const cJSON *v, const char *field, double lo, double hi, dou
         return -1;
     }
     *out = d;
+    err->param[0] = 0;
     return 0;
 }
 
 static int want_num(const cJSON *v, const char *field, double lo, double hi, int lo_open,
                     double *out, proto_error *err)
 {
+    set_param(err, field); /* cleared again on success */
     if (!cJSON_IsNumber(v)) {
         proto_error_set(err, IFL_CODE_WRONG_TYPE, "field '%s' must be a number, not %s", field,
                         json_type_name(v));
@@ -106,6 +115,7 @@ static int want_num(const cJSON *v, const char *field, double lo, double hi, int
         return -1;
     }
     *out = d;
+    err->param[0] = 0;
     return 0;
 }
 
@@ -131,6 +141,7 @@ static int field_allowed(proto_kind k, const char *name)
 static int parse_prompt(const cJSON *root, const char *field, req_params *m, proto_error *err)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, field);
+    set_param(err, field);
     if (!v) {
         proto_error_set(err, IFL_CODE_MISSING_FIELD, "generate needs a '%s'", field);
         return -1;
@@ -148,6 +159,7 @@ static int parse_prompt(const cJSON *root, const char *field, req_params *m, pro
         return -1;
     }
     memcpy(m->prompt, v->valuestring, m->prompt_len + 1);
+    err->param[0] = 0;
     return 0;
 }
 
@@ -188,6 +200,7 @@ static int parse_numbers(const cJSON *root, const proto_limits *lim, req_params 
 
 static int parse_stop(const cJSON *v, req_params *m, proto_error *err)
 {
+    set_param(err, "stop");
     if (!cJSON_IsArray(v)) {
         proto_error_set(err, IFL_CODE_WRONG_TYPE,
                         "field 'stop' must be an array of strings, not %s", json_type_name(v));
@@ -218,6 +231,7 @@ static int parse_stop(const cJSON *v, req_params *m, proto_error *err)
         i++;
     }
     m->n_stop = i;
+    err->param[0] = 0;
     return 0;
 }
 
@@ -239,6 +253,7 @@ static int parse_sampling(const cJSON *root, const proto_limits *lim, req_params
         return -1;
     if ((v = cJSON_GetObjectItemCaseSensitive(root, "ignore_eos"))) {
         if (!cJSON_IsBool(v)) {
+            set_param(err, "ignore_eos");
             proto_error_set(err, IFL_CODE_WRONG_TYPE,
                             "field 'ignore_eos' must be a boolean, not %s", json_type_name(v));
             return -1;

@@ -46,7 +46,8 @@ typedef struct {
 typedef struct {
     ifl_code code; /* stable code of docs/protocol.md, e.g. IFL_CODE_OUT_OF_RANGE */
     char message[512];
-    int has_id; /* the message carried a readable id */
+    char param[48]; /* the field it is about ("" when none): OpenAI's error.param */
+    int has_id;     /* the message carried a readable id */
     char id[PROTO_MAX_ID + 1];
 } proto_error;
 

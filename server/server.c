@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "db.h"
@@ -400,6 +401,7 @@ static server *server_new(const ifl_server_opts *o)
         return NULL;
     s->o = o;
     s->t0_us = ifl_now_us();
+    s->t0_unix = (long long)time(NULL);
     bridge_init(&s->bridge);
     metrics_init(&s->m);
     s->log = (reqlog){.lines = o->log_requests && !o->quiet,

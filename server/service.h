@@ -7,7 +7,8 @@
  *              layer's sink that writes frames (protocol.h), step frames to subscribers;
  *   http.c     HTTP routes: the page's files, /healthz, /readyz, /metrics, the history API;
  *   http_v2.c  Triton's probes and metadata under /v2;
- *   http_gen.c generation over HTTP: Triton's generate and generate_stream.
+ *   http_gen.c generation over HTTP (http_triton.c: Triton's generate; http_openai.c: OpenAI's
+ *              completions and chat completions).
  *
  * State and its guards:
  *   service thread   connections, their outboxes, the request layer, metrics, every JSON byte.
@@ -81,6 +82,7 @@ typedef struct server {
     struct lws_context *ctx;
     int port;
     uint64_t t0_us;
+    long long t0_unix; /* the start, in unix seconds (OpenAI's model "created") */
     /* written by the loader thread before `ready` is set */
     ifl_runtime rt; /* the device (resolved before the loader starts), model, tokenizer,
                        thread pool and the two batchers' backends */
@@ -122,10 +124,14 @@ int http_respond(srv_conn *c, struct lws *wsi, int status, const char *ctype, ch
 void http_on_history_done(void *ud, history_job *job); /* history thread: into the bridge */
 /* http_v2.c: GET/HEAD of a path under /v2 (service thread) */
 int http_v2(server *s, srv_conn *c, struct lws *wsi, const char *path, int head_only);
-/* http_gen.c (service thread): POST .../models/NAME/generate[_stream] (rest: from NAME on), its
- * body's pieces and end, the stream's HTTP_WRITEABLE (http_gen_streaming: the connection has one),
- * and the connection's close (its request, if any, is cancelled). */
-int http_gen_begin(server *s, srv_conn *c, struct lws *wsi, const char *rest);
+/* http_gen.c (service thread): http_gen_is_path: a generation path (Triton's .../generate[_stream],
+ * /v1/completions, /v1/chat/completions); POST of one, its body's pieces and end, the stream's
+ * HTTP_WRITEABLE (http_gen_streaming: the connection has one), and the end of the transaction or
+ * the connection (its request, if any, is cancelled). http_gen_served_name: the model directory's
+ * name, an OpenAI model id meaning iterative. */
+int http_gen_is_path(const char *path);
+const char *http_gen_served_name(const server *s);
+int http_gen_begin(server *s, srv_conn *c, struct lws *wsi, const char *path);
 int http_gen_body(server *s, srv_conn *c, struct lws *wsi, const void *in, size_t len);
 int http_gen_body_done(server *s, srv_conn *c, struct lws *wsi);
 int http_gen_streaming(const srv_conn *c);

@@ -1,0 +1,389 @@
+/* http_openai.c: OpenAI's completions and chat completions as http_gen.c serves them (http_api.h),
+ * and GET /v1/models.
+ *
+ * Requests: model (required: iterative-gpt2, simple-gpt2, iterative, static, or the served
+ * model's name, meaning iterative), prompt (completions: a string) or messages (chat: rendered with
+ * the plain-text template below), max_tokens (chat also max_completion_tokens), temperature,
+ * top_p, seed, stop (a string or up to 4 strings), stream, stream_options.include_usage, user (the
+ * session of the batchers' fairness), n (1 only), and vLLM's extensions top_k and ignore_eos. Any
+ * other field is refused, naming it. The fields /ws also has are checked by proto_parse_params.
+ *
+ * The chat template (GPT-2 has none): per message "System: ...\n", "User: ...\n" or
+ * "Assistant: ...\n", then "Assistant:"; "\nUser:" is added to the stop strings (when there is
+ * room) so the model's reply ends where it would start the user's next turn.
+ *
+ * Answers: text_completion / chat.completion objects with usage; streams of text_completion /
+ * chat.completion.chunk events (the chat's first carries the role), the last with its
+ * finish_reason, then the usage chunk when asked for, then "data: [DONE]". Errors
+ * {"error":{"message","type","param","code"}}. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "http_api.h"
+
+int http_model_policy(const char *name, const char *served, ifl_policy *policy)
+{
+    if (!strcmp(name, "iterative-gpt2") || !strcmp(name, "iterative") ||
+        (served && served[0] && !strcmp(name, served))) {
+        *policy = IFL_POLICY_ITERATIVE;
+        return 0;
+    }
+    if (!strcmp(name, "simple-gpt2") || !strcmp(name, "static")) {
+        *policy = IFL_POLICY_STATIC;
+        return 0;
+    }
+    return -1;
+}
+
+static const char *const COMMON[] = {
+    "model",          "max_tokens", "temperature", "top_p", "seed",       "stop", "stream",
+    "stream_options", "user",       "n",           "top_k", "ignore_eos", NULL};
+
+static int allowed(http_api_kind api, const char *name)
+{
+    for (const char *const *f = COMMON; *f; f++)
+        if (!strcmp(*f, name))
+            return 1;
+    if (api == HTTP_API_CHAT)
+        return !strcmp(name, "messages") || !strcmp(name, "max_completion_tokens");
+    return !strcmp(name, "prompt");
+}
+
+static int fail(proto_error *err, ifl_code code, const char *param, const char *msg)
+{
+    proto_error_set(err, code, "%s", msg);
+    snprintf(err->param, sizeof err->param, "%s", param);
+    return -1;
+}
+
+/* model, stream, stream_options, user, n: what proto_parse_params does not check. */
+static int parse_openai_fields(const cJSON *root, const char *served, http_req_info *ri,
+                               proto_error *err)
+{
+    char msg[300];
+    const cJSON *f;
+    cJSON_ArrayForEach(f, root)
+    {
+        if (!allowed(ri->api, f->string ? f->string : "")) {
+            snprintf(msg, sizeof msg, "unknown field '%.64s'", f->string ? f->string : "");
+            return fail(err, IFL_CODE_UNKNOWN_FIELD, f->string ? f->string : "", msg);
+        }
+    }
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(root, "model");
+    if (!m)
+        return fail(err, IFL_CODE_MISSING_FIELD, "model", "field 'model' is required");
+    if (!cJSON_IsString(m) || !m->valuestring)
+        return fail(err, IFL_CODE_WRONG_TYPE, "model", "field 'model' must be a string");
+    if (strlen(m->valuestring) > HTTP_MODEL_MAX ||
+        http_model_policy(m->valuestring, served, &ri->policy)) {
+        snprintf(msg, sizeof msg,
+                 "the model '%.64s' does not exist: this server has %s, iterative-gpt2, "
+                 "simple-gpt2, iterative and static (GET /v1/models)",
+                 m->valuestring, served);
+        return fail(err, IFL_CODE_UNKNOWN_MODEL, "model", msg);
+    }
+    snprintf(ri->model, sizeof ri->model, "%s", m->valuestring);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "stream");
+    if (v && !cJSON_IsNull(v)) {
+        if (!cJSON_IsBool(v))
+            return fail(err, IFL_CODE_WRONG_TYPE, "stream", "field 'stream' must be a boolean");
+        ri->stream = cJSON_IsTrue(v);
+    }
+    v = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
+    if (v && !cJSON_IsNull(v)) {
+        const cJSON *u = cJSON_GetObjectItemCaseSensitive(v, "include_usage");
+        if (!cJSON_IsObject(v) || (u && !cJSON_IsBool(u)) || (v->child && (!u || v->child->next)))
+            return fail(err, IFL_CODE_WRONG_TYPE, "stream_options",
+                        "field 'stream_options' must be {\"include_usage\": true|false}");
+        if (!ri->stream)
+            return fail(err, IFL_CODE_INVALID_REQUEST, "stream_options",
+                        "field 'stream_options' is only allowed with \"stream\": true");
+        ri->include_usage = cJSON_IsTrue(u);
+    }
+    v = cJSON_GetObjectItemCaseSensitive(root, "n");
+    if (v && !cJSON_IsNull(v) && !(cJSON_IsNumber(v) && v->valuedouble == 1))
+        return fail(err, IFL_CODE_OUT_OF_RANGE, "n", "field 'n' must be 1: one choice per request");
+    v = cJSON_GetObjectItemCaseSensitive(root, "user");
+    if (v && !cJSON_IsNull(v)) {
+        size_t n = cJSON_IsString(v) && v->valuestring ? strlen(v->valuestring) : 0;
+        if (!n || n > REQ_MAX_ID)
+            return fail(err, IFL_CODE_WRONG_TYPE, "user",
+                        "field 'user' must be a string of 1 to 64 bytes");
+        memcpy(ri->user, v->valuestring, n + 1);
+        ri->has_user = 1;
+    }
+    return 0;
+}
+
+/* One message's content: a string, or an array of {"type":"text","text":...} parts. */
+static int put_content(strbuf *sb, const cJSON *content, int i, proto_error *err)
+{
+    char param[48];
+    snprintf(param, sizeof param, "messages[%d].content", i);
+    if (cJSON_IsString(content) && content->valuestring) {
+        sb_puts(sb, content->valuestring);
+        return 0;
+    }
+    if (!cJSON_IsArray(content))
+        return fail(err, IFL_CODE_WRONG_TYPE, param,
+                    "a message's content must be a string or an array of text parts");
+    const cJSON *part;
+    cJSON_ArrayForEach(part, content)
+    {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "type");
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(part, "text");
+        if (!cJSON_IsString(t) || strcmp(t->valuestring, "text") || !cJSON_IsString(x))
+            return fail(err, IFL_CODE_WRONG_TYPE, param,
+                        "a content part must be {\"type\": \"text\", \"text\": \"...\"}");
+        sb_puts(sb, x->valuestring);
+    }
+    return 0;
+}
+
+/* The chat template: the prompt as a string into *prompt (the caller's cJSON). */
+static int render_chat(const cJSON *root, strbuf *sb, proto_error *err)
+{
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
+    if (!msgs)
+        return fail(err, IFL_CODE_MISSING_FIELD, "messages", "field 'messages' is required");
+    if (!cJSON_IsArray(msgs) || !cJSON_GetArraySize(msgs))
+        return fail(err, IFL_CODE_WRONG_TYPE, "messages",
+                    "field 'messages' must be a non-empty array of {role, content}");
+    int i = 0;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, msgs)
+    {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        const char *r = cJSON_IsString(role) ? role->valuestring : "";
+        const char *label = !strcmp(r, "system") || !strcmp(r, "developer") ? "System"
+                            : !strcmp(r, "user")                            ? "User"
+                            : !strcmp(r, "assistant")                       ? "Assistant"
+                                                                            : NULL;
+        if (!label) {
+            char param[32], msg[160];
+            snprintf(param, sizeof param, "messages[%d].role", i);
+            snprintf(msg, sizeof msg,
+                     "messages[%d].role must be \"system\", \"user\" or \"assistant\"", i);
+            return fail(err, IFL_CODE_OUT_OF_RANGE, param, msg);
+        }
+        sb_printf(sb, "%s: ", label);
+        if (put_content(sb, cJSON_GetObjectItemCaseSensitive(m, "content"), i, err))
+            return -1;
+        sb_puts(sb, "\n");
+        i++;
+    }
+    sb_puts(sb, "Assistant:");
+    return sb_ok(sb) ? 0
+                     : fail(err, IFL_CODE_OUT_OF_MEMORY, "messages", "no memory for the prompt");
+}
+
+/* The request as proto_parse_params reads it: prompt from "prompt" or the rendered messages, stop
+ * as an array, max_completion_tokens as max_tokens. */
+static cJSON *normalize(const cJSON *root, http_api_kind api, proto_error *err)
+{
+    cJSON *o = cJSON_Duplicate(root, 1);
+    if (!o) {
+        fail(err, IFL_CODE_OUT_OF_MEMORY, "", "no memory for the request");
+        return NULL;
+    }
+    if (api == HTTP_API_CHAT) {
+        strbuf sb;
+        sb_init(&sb, 0);
+        if (render_chat(root, &sb, err)) {
+            sb_free(&sb);
+            cJSON_Delete(o);
+            return NULL;
+        }
+        cJSON_AddItemToObject(o, "prompt", cJSON_CreateString(sb_text(&sb)));
+        sb_free(&sb);
+        cJSON *mct = cJSON_DetachItemFromObjectCaseSensitive(o, "max_completion_tokens");
+        if (mct && !cJSON_GetObjectItemCaseSensitive(o, "max_tokens"))
+            cJSON_AddItemToObject(o, "max_tokens", mct);
+        else
+            cJSON_Delete(mct);
+    }
+    cJSON *stop = cJSON_GetObjectItemCaseSensitive(o, "stop");
+    if (stop && cJSON_IsString(stop)) {
+        cJSON *arr = cJSON_CreateArray();
+        cJSON_AddItemToArray(arr, cJSON_CreateString(stop->valuestring));
+        cJSON_ReplaceItemInObjectCaseSensitive(o, "stop", arr);
+    } else if (stop && cJSON_IsNull(stop)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(o, "stop");
+    }
+    return o;
+}
+
+int openai_parse(const cJSON *root, const proto_limits *lim, const char *served, http_req_info *ri,
+                 req_params *p, proto_error *err)
+{
+    if (parse_openai_fields(root, served, ri, err))
+        return -1;
+    cJSON *o = normalize(root, ri->api, err);
+    if (!o)
+        return -1;
+    int rc = proto_parse_params(o, "prompt", lim, p, err);
+    cJSON_Delete(o);
+    if (rc)
+        return -1;
+    if (ri->api == HTTP_API_CHAT && p->n_stop < IFL_MAX_STOPS) {
+        int dup = 0;
+        for (int i = 0; i < p->n_stop; i++)
+            dup |= !strcmp(p->stop[i], "\nUser:");
+        if (!dup)
+            snprintf(p->stop[p->n_stop++], sizeof p->stop[0], "\nUser:");
+    }
+    return 0;
+}
+
+/* ---- writers --------------------------------------------------------------------------------- */
+
+static const char *finish_reason(ifl_finish f)
+{
+    return f == IFL_FINISH_EOS || f == IFL_FINISH_STOP ? "stop" : ifl_finish_name(f);
+}
+
+/* {"id":...,"object":...,"created":...,"model":..., (left open) */
+static void put_head(strbuf *sb, const http_req_info *ri, int chunk)
+{
+    const char *object = ri->api == HTTP_API_CHAT
+                             ? (chunk ? "chat.completion.chunk" : "chat.completion")
+                             : "text_completion";
+    sb_puts(sb, "{\"id\":");
+    sb_json_str(sb, ri->resp_id, strlen(ri->resp_id));
+    sb_printf(sb, ",\"object\":\"%s\",\"created\":%lld,\"model\":", object, ri->created);
+    sb_json_str(sb, ri->model, strlen(ri->model));
+}
+
+/* One streamed choice: text (completions) or delta (chat); finish NULL while it runs. */
+static void put_chunk(strbuf *sb, http_req_info *ri, const char *text, size_t len,
+                      const char *finish)
+{
+    sb_puts(sb, "data: ");
+    put_head(sb, ri, 1);
+    sb_puts(sb, ",\"choices\":[{\"index\":0,");
+    if (ri->api == HTTP_API_CHAT) {
+        sb_puts(sb, "\"delta\":{");
+        if (!ri->sent_role) {
+            sb_puts(sb, "\"role\":\"assistant\"");
+            ri->sent_role = 1;
+            if (text)
+                sb_puts(sb, ",");
+        }
+        if (text) {
+            sb_puts(sb, "\"content\":");
+            sb_json_str(sb, text, len);
+        }
+        sb_puts(sb, "}");
+    } else {
+        sb_puts(sb, "\"text\":");
+        sb_json_str(sb, text ? text : "", text ? len : 0);
+        sb_puts(sb, ",\"logprobs\":null");
+    }
+    if (finish)
+        sb_printf(sb, ",\"finish_reason\":\"%s\"}]}\n\n", finish);
+    else
+        sb_puts(sb, ",\"finish_reason\":null}]}\n\n");
+}
+
+static void put_usage(strbuf *sb, const req_result *res)
+{
+    sb_printf(sb, "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d}",
+              (int)res->prompt_tokens, (int)res->completion_tokens,
+              (int)(res->prompt_tokens + res->completion_tokens));
+}
+
+void openai_write_token(strbuf *sb, http_req_info *ri, const char *text, size_t len)
+{
+    put_chunk(sb, ri, text, len, NULL);
+}
+
+void openai_write_end(strbuf *sb, http_req_info *ri, const req_result *res, const char *text,
+                      size_t len)
+{
+    if (ri->stream) {
+        if (res->finish == IFL_FINISH_ERROR) {
+            const char *m = res->message ? res->message : "the engine failed";
+            openai_write_error(sb, 500, res->code, NULL, m, 1);
+        } else {
+            put_chunk(sb, ri, NULL, 0, finish_reason(res->finish));
+        }
+        if (ri->include_usage) {
+            sb_puts(sb, "data: ");
+            put_head(sb, ri, 1);
+            sb_puts(sb, ",\"choices\":[],");
+            put_usage(sb, res);
+            sb_puts(sb, "}\n\n");
+        }
+        sb_puts(sb, "data: [DONE]\n\n");
+        return;
+    }
+    put_head(sb, ri, 0);
+    sb_puts(sb, ",\"choices\":[{\"index\":0,");
+    if (ri->api == HTTP_API_CHAT) {
+        sb_puts(sb, "\"message\":{\"role\":\"assistant\",\"content\":");
+        sb_json_str(sb, text, len);
+        sb_puts(sb, "}");
+    } else {
+        sb_puts(sb, "\"text\":");
+        sb_json_str(sb, text, len);
+        sb_puts(sb, ",\"logprobs\":null");
+    }
+    sb_printf(sb, ",\"finish_reason\":\"%s\"}],", finish_reason(res->finish));
+    put_usage(sb, res);
+    sb_puts(sb, "}");
+}
+
+static const char *error_type(int status)
+{
+    switch (status) {
+    case 401: return "authentication_error";
+    case 404: return "invalid_request_error";
+    case 429: return "rate_limit_error";
+    default: return status >= 500 ? "server_error" : "invalid_request_error";
+    }
+}
+
+void openai_write_error(strbuf *sb, int status, ifl_code code, const char *param,
+                        const char *message, int stream)
+{
+    if (stream)
+        sb_puts(sb, "data: ");
+    sb_puts(sb, "{\"error\":{\"message\":");
+    sb_json_str(sb, message, strlen(message));
+    sb_printf(sb, ",\"type\":\"%s\",\"param\":", error_type(status));
+    if (param && param[0])
+        sb_json_str(sb, param, strlen(param));
+    else
+        sb_puts(sb, "null");
+    sb_printf(sb, ",\"code\":\"%s\"}}", ifl_code_name(code));
+    if (stream)
+        sb_puts(sb, "\n\n");
+}
+
+void openai_write_models(strbuf *sb, const char *served, long long created)
+{
+    static const struct {
+        const char *id, *policy;
+    } fixed[] = {{"iterative-gpt2", "iterative"},
+                 {"simple-gpt2", "static"},
+                 {"iterative", "iterative"},
+                 {"static", "static"}};
+    sb_puts(sb, "{\"object\":\"list\",\"data\":[");
+    sb_puts(sb, "{\"id\":");
+    sb_json_str(sb, served, strlen(served));
+    sb_printf(sb,
+              ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"inflight\","
+              "\"policy\":\"iterative\"}",
+              created);
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
+        if (!strcmp(fixed[i].id, served))
+            continue;
+        sb_printf(sb,
+                  ",{\"id\":\"%s\",\"object\":\"model\",\"created\":%lld,"
+                  "\"owned_by\":\"inflight\",\"policy\":\"%s\"}",
+                  fixed[i].id, created, fixed[i].policy);
+    }
+    sb_puts(sb, "],\"chat_template\":\"per message 'System: ...\\n', 'User: ...\\n' or "
+                "'Assistant: ...\\n', then 'Assistant:'; stop '\\nUser:'\"}");
+}

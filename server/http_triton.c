@@ -1,0 +1,160 @@
+/* http_triton.c: Triton's generate extension as http_gen.c serves it (http_api.h): the request
+ * {"text_input": "...", "max_tokens": N, ...} with the sampling fields of /ws's generate at the
+ * top level or under "parameters" (not both), "id" echoed, any other field refused; the answer
+ * {"model_name", "model_version": "1", "text_output", "finish_reason", "prompt_tokens",
+ * "completion_tokens"}; a stream event per token {"model_name", "model_version", "text_output"}
+ * and a last one with the finish; errors {"error": "..."}. */
+#include <cjson/cJSON.h>
+#include <string.h>
+
+#include "http_api.h"
+
+static const char *const TOP_FIELDS[] = {"text_input",  "parameters", "id",    "max_tokens",
+                                         "temperature", "top_k",      "top_p", "seed",
+                                         "stop",        "ignore_eos", NULL};
+
+static int in_list(const char *const *list, const char *name)
+{
+    for (; *list; list++)
+        if (!strcmp(*list, name))
+            return 1;
+    return 0;
+}
+
+/* The request as /ws's generate would have it: a copy of the body's object with the fields of
+ * "parameters" moved to the top level (a field in both is an error), unknown fields refused, and
+ * the id (a string of 1..64 bytes) taken out. NULL with *err. */
+static cJSON *flatten(const cJSON *root, http_req_info *ri, proto_error *err)
+{
+    const cJSON *f;
+    cJSON_ArrayForEach(f, root)
+    {
+        if (!in_list(TOP_FIELDS, f->string ? f->string : "")) {
+            proto_error_set(err, IFL_CODE_UNKNOWN_FIELD,
+                            "the request has no field '%.64s' (text_input, parameters, id, "
+                            "max_tokens, temperature, top_k, top_p, seed, stop, ignore_eos)",
+                            f->string ? f->string : "");
+            return NULL;
+        }
+    }
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(root, "id");
+    if (id) {
+        size_t n = cJSON_IsString(id) && id->valuestring ? strlen(id->valuestring) : 0;
+        if (!n || n > REQ_MAX_ID) {
+            proto_error_set(err, IFL_CODE_WRONG_TYPE,
+                            "field 'id' must be a string of 1 to %d bytes", REQ_MAX_ID);
+            return NULL;
+        }
+        memcpy(ri->id, id->valuestring, n + 1);
+        ri->has_id = 1;
+    }
+    cJSON *flat = cJSON_Duplicate(root, 1);
+    if (!flat) {
+        proto_error_set(err, IFL_CODE_OUT_OF_MEMORY, "no memory for the request");
+        return NULL;
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(flat, "id");
+    cJSON *params = cJSON_DetachItemFromObjectCaseSensitive(flat, "parameters");
+    if (!params)
+        return flat;
+    if (!cJSON_IsObject(params)) {
+        proto_error_set(err, IFL_CODE_WRONG_TYPE, "field 'parameters' must be an object, not %s",
+                        proto_json_type_name(params));
+        goto fail;
+    }
+    cJSON *p;
+    while ((p = params->child)) {
+        const char *name = p->string ? p->string : "";
+        if (!in_list(TOP_FIELDS + 3, name)) {
+            proto_error_set(err, IFL_CODE_UNKNOWN_FIELD,
+                            "'parameters' has no field '%.64s' (max_tokens, temperature, top_k, "
+                            "top_p, seed, stop, ignore_eos)",
+                            name);
+            goto fail;
+        }
+        if (cJSON_GetObjectItemCaseSensitive(flat, name)) {
+            proto_error_set(err, IFL_CODE_INVALID_REQUEST,
+                            "field '%s' is given both at the top level and under 'parameters'",
+                            name);
+            goto fail;
+        }
+        cJSON_AddItemToObject(flat, name, cJSON_DetachItemViaPointer(params, p));
+    }
+    cJSON_Delete(params);
+    return flat;
+fail:
+    cJSON_Delete(params);
+    cJSON_Delete(flat);
+    return NULL;
+}
+
+int triton_parse(const cJSON *root, const proto_limits *lim, http_req_info *ri, req_params *p,
+                 proto_error *err)
+{
+    cJSON *flat = flatten(root, ri, err);
+    if (!flat)
+        return -1;
+    int rc = proto_parse_params(flat, "text_input", lim, p, err);
+    cJSON_Delete(flat);
+    return rc;
+}
+
+/* {"model_name":...,"model_version":"1"[,"id":...] (left open) */
+static void put_head(strbuf *sb, const http_req_info *ri)
+{
+    sb_puts(sb, "{\"model_name\":");
+    sb_json_str(sb, ri->model, strlen(ri->model));
+    sb_puts(sb, ",\"model_version\":\"1\"");
+    if (ri->has_id) {
+        sb_puts(sb, ",\"id\":");
+        sb_json_str(sb, ri->id, strlen(ri->id));
+    }
+}
+
+void triton_write_token(strbuf *sb, const http_req_info *ri, const char *text, size_t len)
+{
+    sb_puts(sb, "data: ");
+    put_head(sb, ri);
+    sb_puts(sb, ",\"text_output\":");
+    sb_json_str(sb, text, len);
+    sb_puts(sb, "}\n\n");
+}
+
+void triton_write_end(strbuf *sb, const http_req_info *ri, const req_result *res, const char *text,
+                      size_t len)
+{
+    if (ri->stream)
+        sb_puts(sb, "data: ");
+    put_head(sb, ri);
+    sb_puts(sb, ",\"text_output\":");
+    sb_json_str(sb, ri->stream ? "" : text, ri->stream ? 0 : len);
+    if (res->finish == IFL_FINISH_ERROR) {
+        const char *m = res->message ? res->message : "the engine failed";
+        sb_puts(sb, ",\"error\":");
+        sb_json_str(sb, m, strlen(m));
+    }
+    sb_printf(sb, ",\"finish_reason\":\"%s\",\"prompt_tokens\":%d,\"completion_tokens\":%d}",
+              ifl_finish_name(res->finish), (int)res->prompt_tokens, (int)res->completion_tokens);
+    if (ri->stream)
+        sb_puts(sb, "\n\n");
+}
+
+void triton_write_error(strbuf *sb, const http_req_info *ri, ifl_code code, const char *message,
+                        int stream)
+{
+    (void)code;
+    if (stream) {
+        sb_puts(sb, "data: ");
+        put_head(sb, ri);
+        sb_puts(sb, ",");
+    } else {
+        sb_puts(sb, "{");
+    }
+    sb_puts(sb, "\"error\":");
+    sb_json_str(sb, message, strlen(message));
+    if (!stream && ri && ri->has_id) {
+        sb_puts(sb, ",\"id\":");
+        sb_json_str(sb, ri->id, strlen(ri->id));
+    }
+    sb_puts(sb, stream ? "}\n\n" : "}");
+}

@@ -1,0 +1,166 @@
+'use strict';
+// openai: the OpenAI-compatible API (server/http_openai.c) driven by the official `openai` npm
+// package (its own HTTP and SSE parsing, not ours), against the same server's /ws:
+//  - models.list() has the served model's name, iterative-gpt2, simple-gpt2, iterative, static;
+//  - completions.create, not streamed and streamed (stream_options.include_usage): the text equals
+//    /ws's for the same prompt, seed and parameters (top_k and ignore_eos passed as vLLM's
+//    extensions), finish_reason length, usage exact (prompt tokens as /ws counted them);
+//  - chat.completions.create, both ways: the reply equals /ws's text for the documented template
+//    ("User: ...\nAssistant:", stop "\nUser:"), the first delta carries the role;
+//  - errors come back as the client's APIError subclasses with status, code and param (bad range,
+//    unknown model, n = 2, unknown field), and the server keeps serving;
+//  - a stream aborted with an AbortController after three chunks: the request is counted
+//    cancelled on /metrics and running requests and KV blocks in use return to 0.
+const path = require('path');
+const L = require('./lib');
+
+let OpenAI;
+try {
+  OpenAI = require(path.join(L.REPO, 'node_modules', 'openai'));
+  OpenAI = OpenAI.default || OpenAI.OpenAI || OpenAI;
+} catch (e) {
+  L.cannotCheck(`the openai npm package is not installed (scripts/setup.sh installs it): ${e.message}`, { exit: true });
+}
+
+async function wsRef(c, id, params) {
+  const r = await c.request({ id, ...params });
+  L.check(r.done, () => `/ws ${id}: no done (${JSON.stringify(r.error)})`);
+  return r;
+}
+
+async function collect(stream) {
+  const chunks = [];
+  for await (const ch of stream) chunks.push(ch);
+  return chunks;
+}
+
+async function checkCompletions(client, c, served) {
+  const out = [];
+  const cases = [
+    { model: served, policy: 'iterative', prompt: 'The quick brown fox', p: { max_tokens: 20, seed: 7, temperature: 0.9, top_p: 0.95 }, ext: { top_k: 40, ignore_eos: true } },
+    { model: 'simple-gpt2', policy: 'static', prompt: 'Hello, how are you?', p: { max_tokens: 12, seed: 3, temperature: 0.7 }, ext: { ignore_eos: true } },
+  ];
+  for (const [i, k] of cases.entries()) {
+    const ref = await wsRef(c, `cmp-${i}`, { prompt: k.prompt, model: k.policy, ...k.p, ...k.ext });
+    const r = await client.completions.create({ model: k.model, prompt: k.prompt, ...k.p, ...k.ext });
+    L.eq(r.object, 'text_completion', 'completion object');
+    L.eq(r.model, k.model, 'completion model');
+    L.check(/^cmpl-[0-9a-f]{16}$/.test(r.id), `completion id ${r.id}`);
+    L.eq(r.choices.length, 1, 'choices');
+    L.eq(r.choices[0].text, ref.text, `completion ${i}: text vs /ws`);
+    L.eq(r.choices[0].finish_reason, 'length', 'finish_reason');
+    L.eq(JSON.stringify(r.usage), JSON.stringify({ prompt_tokens: ref.done.usage.prompt_tokens, completion_tokens: k.p.max_tokens,
+      total_tokens: ref.done.usage.prompt_tokens + k.p.max_tokens }), 'usage');
+    const chunks = await collect(await client.completions.create({ model: k.model, prompt: k.prompt, ...k.p, ...k.ext,
+      stream: true, stream_options: { include_usage: true } }));
+    const usage = chunks[chunks.length - 1];
+    const body = chunks.slice(0, -1);
+    L.eq(usage.choices.length, 0, 'the usage chunk has no choices');
+    L.eq(usage.usage.completion_tokens, k.p.max_tokens, 'stream usage completion_tokens');
+    L.eq(usage.usage.prompt_tokens, ref.done.usage.prompt_tokens, 'stream usage prompt_tokens');
+    L.eq(body.length, k.p.max_tokens + 1, 'stream chunks (one per token and the finish)');
+    L.eq(body.map((ch) => ch.choices[0].text).join(''), ref.text, `completion ${i} stream: text vs /ws`);
+    L.eq(body[body.length - 1].choices[0].finish_reason, 'length', 'stream finish_reason');
+    L.check(body.slice(0, -1).every((ch) => ch.choices[0].finish_reason === null), 'finish_reason null until the end');
+    out.push(`${k.model}: ${k.p.max_tokens} tokens = /ws (whole and streamed, usage ${usage.usage.prompt_tokens}+${usage.usage.completion_tokens})`);
+  }
+  L.log(`completions: ${out.join('; ')}`);
+}
+
+async function checkChat(client, c) {
+  const messages = [{ role: 'system', content: 'You are brief.' }, { role: 'user', content: 'Tell me about the sea.' }];
+  const prompt = 'System: You are brief.\nUser: Tell me about the sea.\nAssistant:';
+  const p = { max_tokens: 16, seed: 21, temperature: 0.8 };
+  const ref = await wsRef(c, 'chat-ref', { prompt, model: 'iterative', ...p, stop: ['\nUser:'], ignore_eos: true });
+  const r = await client.chat.completions.create({ model: 'iterative-gpt2', messages, ...p, ignore_eos: true });
+  L.eq(r.object, 'chat.completion', 'chat object');
+  L.eq(r.choices[0].message.role, 'assistant', 'chat role');
+  L.eq(r.choices[0].message.content, ref.text, 'chat reply vs /ws with the template');
+  const wantFinish = ref.done.finish_reason === 'length' ? 'length' : 'stop';
+  L.eq(r.choices[0].finish_reason, wantFinish, 'chat finish_reason');
+  L.eq(r.usage.prompt_tokens, ref.done.usage.prompt_tokens, 'chat usage prompt_tokens');
+  L.eq(r.usage.completion_tokens, ref.done.usage.completion_tokens, 'chat usage completion_tokens');
+  const chunks = await collect(await client.chat.completions.create({ model: 'iterative-gpt2', messages, ...p, ignore_eos: true, stream: true }));
+  L.eq(chunks[0].choices[0].delta.role, 'assistant', 'the first delta carries the role');
+  L.check(chunks.every((ch) => ch.object === 'chat.completion.chunk'), 'chunk objects');
+  L.eq(chunks.map((ch) => ch.choices[0].delta.content || '').join(''), ref.text, 'chat stream vs /ws');
+  L.eq(chunks[chunks.length - 1].choices[0].finish_reason, wantFinish, 'chat stream finish_reason');
+  L.log(`chat: the reply (${ref.done.usage.completion_tokens} tokens, finish ${wantFinish}) = /ws with the template, whole and in ${chunks.length} chunks`);
+}
+
+async function checkErrors(client) {
+  const cases = [
+    [{ model: 'iterative', prompt: 'Hi', temperature: 9 }, 400, 'BadRequestError', 'out_of_range', 'temperature'],
+    [{ model: 'gpt-4', prompt: 'Hi' }, 404, 'NotFoundError', 'unknown_model', 'model'],
+    [{ model: 'iterative', prompt: 'Hi', n: 2 }, 400, 'BadRequestError', 'out_of_range', 'n'],
+    [{ model: 'iterative', prompt: 'Hi', logit_bias: {} }, 400, 'BadRequestError', 'unknown_field', 'logit_bias'],
+    [{ model: 'iterative', prompt: '' }, 400, 'BadRequestError', 'empty_prompt', 'prompt'],
+    [{ model: 'iterative', prompt: 'Hi', stop: ['a', 'b', 'c', 'd', 'e'] }, 400, 'BadRequestError', 'out_of_range', 'stop'],
+  ];
+  const seen = [];
+  for (const [body, status, cls, code, param] of cases) {
+    let err = null;
+    try {
+      await client.completions.create(body);
+    } catch (e) {
+      err = e;
+    }
+    L.check(err, `${JSON.stringify(body)}: no error`);
+    L.eq(err.status, status, `${JSON.stringify(body)}: status`);
+    L.eq(err.constructor.name, cls, `${JSON.stringify(body)}: error class`);
+    L.eq(err.code, code, `${JSON.stringify(body)}: code`);
+    L.eq(err.param, param, `${JSON.stringify(body)}: param`);
+    seen.push(`${status} ${code}(${param})`);
+  }
+  const ok = await client.completions.create({ model: 'iterative', prompt: 'Still there?', max_tokens: 2 });
+  L.eq(ok.choices[0].finish_reason === 'length' || ok.choices[0].finish_reason === 'stop', true, 'a request after the errors');
+  L.log(`errors through the client: ${seen.join(', ')}; then served`);
+}
+
+async function checkAbort(client, srv) {
+  const m0 = await L.fetchMetrics(srv.port);
+  const before = m0.maybe('inflight_requests_total', { policy: 'iterative', finish_reason: 'cancelled' }) || 0;
+  const ac = new AbortController();
+  const stream = await client.completions.create({ model: 'iterative', prompt: 'Once', max_tokens: 255, ignore_eos: true, stream: true },
+    { signal: ac.signal });
+  let n = 0;
+  let aborted = false;
+  try {
+    for await (const ch of stream) {
+      L.check(ch.choices[0].finish_reason === null, 'the stream finished before the abort');
+      if (++n === 3) ac.abort();
+    }
+  } catch (e) {
+    aborted = true;
+  }
+  L.check(aborted || n === 3, `the stream was not aborted (${n} chunks)`);
+  await L.until(async () => (await L.fetchMetrics(srv.port)).maybe('inflight_requests_total',
+    { policy: 'iterative', finish_reason: 'cancelled' }) === before + 1, 30000, 'the aborted request counted cancelled');
+  await L.until(async () => {
+    const m = await L.fetchMetrics(srv.port);
+    return m.samples.filter((s) => s.name === 'inflight_requests_running').every((s) => s.value === 0) &&
+      m.samples.filter((s) => s.name === 'inflight_kv_blocks_used').every((s) => s.value === 0);
+  }, 30000, 'running requests and KV blocks in use back to 0');
+  L.log(`AbortController after ${n} chunks: the request counted cancelled; running requests and KV blocks in use back to 0`);
+}
+
+L.main('openai', async () => {
+  const { bin, vocab } = L.parseArgs();
+  const model = L.makeModel(bin, vocab, ['--n-layer', '2', '--n-embd', '128', '--n-head', '4'], 'oai-model');
+  const served = path.basename(model);
+  const srv = await L.startServer(bin, vocab, model, ['--no-request-log']);
+  const client = new OpenAI({ baseURL: `${srv.base}/v1`, apiKey: 'not-needed', maxRetries: 0, timeout: 120000 });
+  const ids = [];
+  for await (const m of client.models.list()) ids.push(m.id);
+  L.eq(ids.join(','), [served, 'iterative-gpt2', 'simple-gpt2', 'iterative', 'static'].join(','), 'models.list() ids');
+  L.log(`models.list(): ${ids.join(', ')}`);
+  const c = await L.Client.open(srv.port, { name: 'ws-ref' });
+  await checkCompletions(client, c, served);
+  await checkChat(client, c);
+  await checkErrors(client);
+  await checkAbort(client, srv);
+  c.close();
+  srv.assertAlive();
+  await srv.stop();
+  L.log('server stopped cleanly (exit 0)');
+});
