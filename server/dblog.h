@@ -46,6 +46,7 @@ typedef struct {
     const char *session;
     const char *client_id;
     const char *policy;
+    const char *api; /* "ws", "openai", "triton" (NULL: ws) */
     const char *prompt;
     size_t prompt_len;
     const char *params_json;

@@ -12,9 +12,9 @@ const char *const DBLOG_SQL[N_ST] = {
     "UPDATE sessions SET closed_at = ?2, close_reason = ?3 WHERE session = ?1",
     "INSERT INTO requests (session_id, client_id, policy, prompt, params, prompt_tokens, "
     "completion_tokens, completion, finish_reason, error_code, queued_at, admitted_at, "
-    "first_token_at, finished_at, queue_ms, ttft_ms, total_ms, tokens_per_s) VALUES ("
+    "first_token_at, finished_at, queue_ms, ttft_ms, total_ms, tokens_per_s, api) VALUES ("
     "(SELECT id FROM sessions WHERE session = ?1), ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, "
-    "?13, ?14, ?15, ?16, ?17, ?18)",
+    "?13, ?14, ?15, ?16, ?17, ?18, ?19)",
     "INSERT INTO request_tokens (request_id, n_tokens, offsets_us) VALUES (?1, ?2, ?3)",
     "INSERT INTO steps (at, policy, step, batch_size, prefill_tokens, decode_tokens, step_ms, "
     "running, waiting, kv_used) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
@@ -88,7 +88,7 @@ rec *dblog_rec_request(const ifl_dblog_request *q)
 {
     int32_t n_off = q->n_offsets > 0 ? q->n_offsets : 0;
     size_t off_bytes = (size_t)n_off * sizeof(uint32_t);
-    size_t n = off_bytes + slen(q->session) + slen(q->client_id) + slen(q->policy) +
+    size_t n = off_bytes + slen(q->session) + slen(q->client_id) + slen(q->policy) + slen(q->api) +
                (q->prompt ? q->prompt_len + 1 : 0) + slen(q->params_json) +
                (q->completion ? q->completion_len + 1 : 0) + slen(q->finish_reason) +
                slen(q->error_code);
@@ -107,6 +107,7 @@ rec *dblog_rec_request(const ifl_dblog_request *q)
     own(&p, &c->session);
     own(&p, &c->client_id);
     own(&p, &c->policy);
+    own(&p, &c->api);
     own(&p, &c->params_json);
     c->prompt = put(&p, q->prompt, q->prompt_len);
     own(&p, &c->finish_reason);
@@ -205,6 +206,7 @@ static sqlite3_stmt *bind_request(sqlite3_stmt *const st_all[], const ifl_dblog_
     bind_ms(st, 16, q->ttft_ms);
     bind_ms(st, 17, q->total_ms);
     bind_ms(st, 18, q->tokens_per_s);
+    bind_str(st, 19, q->api ? q->api : "ws");
     return st;
 }
 

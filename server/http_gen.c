@@ -459,6 +459,7 @@ int http_gen_body_done(server *s, srv_conn *c, struct lws *wsi)
                  (unsigned long long)req_random_u64(&s->rl));
     }
     p.policy = g->ri.policy;
+    p.api = g->ri.api == HTTP_API_TRITON ? REQ_API_TRITON : REQ_API_OPENAI;
     snprintf(p.id, sizeof p.id, "http");
     if (!c->owner.sink)
         open_session(s, c, wsi, &g->ri);

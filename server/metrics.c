@@ -109,6 +109,15 @@ static void render_requests(const metrics *m, strbuf *sb)
             sb_printf(sb, "inflight_requests_total{policy=\"%s\",finish_reason=\"%s\"} %llu\n",
                       ifl_policy_name((ifl_policy)p), ifl_finish_name((ifl_finish)f),
                       (unsigned long long)m->requests[p][f]);
+    family(sb, "inflight_api_requests_total", "counter",
+           "Requests finished, by the API they came through (ws, openai, triton) and finish "
+           "reason.");
+    static const char *const apis[3] = {"ws", "openai", "triton"};
+    for (int a = 0; a < 3; a++)
+        for (int f = 0; f < METRICS_N_FINISH; f++)
+            sb_printf(sb, "inflight_api_requests_total{api=\"%s\",finish_reason=\"%s\"} %llu\n",
+                      apis[a], ifl_finish_name((ifl_finish)f),
+                      (unsigned long long)m->api_requests[a][f]);
     family(sb, "inflight_errors_total", "counter",
            "Errors answered to clients, by code: refused requests, bad messages, and requests "
            "that failed while running (engine_error, out_of_memory).");

@@ -37,6 +37,7 @@ static ifl_dblog_request base_record(const reqlog *lg, const srv_req *r, char se
         .session = session,
         .client_id = r->id,
         .policy = ifl_policy_name(r->policy),
+        .api = req_api_name(r->api),
         .prompt = r->prompt ? r->prompt : "",
         .prompt_len = r->prompt ? r->prompt_len : 0,
         .params_json = r->params,

@@ -171,6 +171,12 @@ static int tokenize(req_layer *L, req_owner *o, srv_req *r, const char *text, si
     return 0;
 }
 
+const char *req_api_name(req_api a)
+{
+    static const char *const names[REQ_N_APIS] = {"ws", "openai", "triton"};
+    return a < REQ_N_APIS ? names[a] : "ws";
+}
+
 static srv_req *req_new(req_layer *L, req_owner *o, req_params *p, uint64_t t_arrival)
 {
     srv_req *r = calloc(1, sizeof *r);
@@ -178,6 +184,7 @@ static srv_req *req_new(req_layer *L, req_owner *o, req_params *p, uint64_t t_ar
         return NULL;
     memcpy(r->id, p->id, sizeof r->id);
     r->policy = p->policy;
+    r->api = p->api < REQ_N_APIS ? p->api : REQ_API_WS;
     r->session = o->session;
     r->seed = p->has_seed ? p->seed : req_random_u64(L) & ((1ull << 53) - 1);
     r->prompt_tokens = -1;
@@ -335,6 +342,7 @@ static void on_done(req_layer *L, srv_req *r, const bridge_item *it)
     req_result res;
     result_of(r, it, &res);
     L->m->requests[pol][(int)res.finish < METRICS_N_FINISH ? (int)res.finish : 0]++;
+    L->m->api_requests[r->api][(int)res.finish < METRICS_N_FINISH ? (int)res.finish : 0]++;
     metrics_hist_observe(&L->m->e2e[pol], res.total_ms / 1e3);
     if (res.finish == IFL_FINISH_ERROR)
         metrics_count_error(L->m, res.code);

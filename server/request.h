@@ -28,12 +28,17 @@
 
 #define REQ_MAX_ID 64 /* bytes of a client's request id */
 
+/* The front end a request came through (the log's requests.api, /metrics' api label). */
+typedef enum { REQ_API_WS = 0, REQ_API_OPENAI, REQ_API_TRITON, REQ_N_APIS } req_api;
+const char *req_api_name(req_api a); /* "ws", "openai", "triton" */
+
 /* What a front end parsed: the parameters of one generation, defaults filled in. */
 typedef struct {
     char id[REQ_MAX_ID + 1]; /* the client's id, unique among its owner's requests in flight */
     char *prompt;            /* heap, NUL-terminated; req_submit takes it (sets it to NULL) */
     size_t prompt_len;
     ifl_policy policy;
+    req_api api; /* REQ_API_WS unless an HTTP front end sets it */
     int32_t max_tokens;
     double temperature, top_p;
     int32_t top_k;
@@ -87,6 +92,7 @@ struct srv_req {
     struct srv_req *next; /* in owner->reqs */
     char id[REQ_MAX_ID + 1];
     ifl_policy policy;
+    req_api api;
     uint64_t rid;     /* the batcher's request id */
     uint64_t session; /* its owner's, kept for the log after the owner is gone */
     uint64_t seed;

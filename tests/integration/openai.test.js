@@ -10,8 +10,13 @@
 //  - errors come back as the client's APIError subclasses with status, code and param (bad range,
 //    unknown model, n = 2, unknown field), and the server keeps serving;
 //  - a stream aborted with an AbortController after three chunks: the request is counted
-//    cancelled on /metrics and running requests and KV blocks in use return to 0.
+//    cancelled on /metrics and running requests and KV blocks in use return to 0;
+//  - the request log (--db) has a row per finished request with the API it came through (ws,
+//    openai, and one triton request), as many per API and finish reason as /metrics'
+//    inflight_api_requests_total counted, each HTTP request in a session of its own.
+const http = require('http');
 const path = require('path');
+const D = require('../db/dblib');
 const L = require('./lib');
 
 let OpenAI;
@@ -144,11 +149,42 @@ async function checkAbort(client, srv) {
   L.log(`AbortController after ${n} chunks: the request counted cancelled; running requests and KV blocks in use back to 0`);
 }
 
+function tritonOnce(port) {
+  const body = JSON.stringify({ text_input: 'Hello', max_tokens: 3 });
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: '127.0.0.1', port, path: '/v2/models/simple-gpt2/generate', method: 'POST', agent: false,
+      headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } }, (res) => {
+      res.resume();
+      res.on('end', () => resolve(res.statusCode));
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+// The log's rows by API and finish reason against /metrics' counts (taken before the stop).
+function checkLog(db, metrics) {
+  const rows = D.q(db, 'SELECT api, finish_reason, count(*) AS n FROM requests GROUP BY api, finish_reason ORDER BY api, finish_reason');
+  const want = metrics.samples.filter((x) => x.name === 'inflight_api_requests_total' && x.value > 0)
+    .map((x) => ({ api: x.labels.api, finish_reason: x.labels.finish_reason, n: x.value }))
+    .sort((a, b) => (a.api + a.finish_reason < b.api + b.finish_reason ? -1 : 1));
+  L.eq(JSON.stringify(rows), JSON.stringify(want), 'requests by api and finish_reason: the log vs /metrics');
+  for (const api of ['ws', 'openai', 'triton'])
+    L.check(rows.some((r) => r.api === api), `no ${api} row in the log`);
+  const shared = D.scalar(db, "SELECT count(*) FROM (SELECT session_id FROM requests WHERE api != 'ws' GROUP BY session_id HAVING count(*) > 1)");
+  L.eq(shared, 0, 'HTTP sessions holding more than one request');
+  const open = D.scalar(db, "SELECT count(*) FROM sessions s JOIN requests r ON r.session_id = s.id WHERE r.api != 'ws' AND s.closed_at IS NULL");
+  L.eq(open, 0, 'HTTP sessions left open');
+  L.log(`request log: ${rows.map((r) => `${r.api}/${r.finish_reason} ${r.n}`).join(', ')} = /metrics; one session per HTTP request, all closed`);
+}
+
 L.main('openai', async () => {
   const { bin, vocab } = L.parseArgs();
+  D.requireSqlite3();
   const model = L.makeModel(bin, vocab, ['--n-layer', '2', '--n-embd', '128', '--n-head', '4'], 'oai-model');
   const served = path.basename(model);
-  const srv = await L.startServer(bin, vocab, model, ['--no-request-log']);
+  const db = path.join(L.tmpDir('oai-db'), 'log.db');
+  const srv = await L.startServer(bin, vocab, model, ['--no-request-log', '--db', db]);
   const client = new OpenAI({ baseURL: `${srv.base}/v1`, apiKey: 'not-needed', maxRetries: 0, timeout: 120000 });
   const ids = [];
   for await (const m of client.models.list()) ids.push(m.id);
@@ -159,8 +195,13 @@ L.main('openai', async () => {
   await checkChat(client, c);
   await checkErrors(client);
   await checkAbort(client, srv);
+  L.eq(await tritonOnce(srv.port), 200, 'a Triton request');
   c.close();
   srv.assertAlive();
+  await L.until(async () => (await L.fetchMetrics(srv.port)).maybe('inflight_api_requests_total', { api: 'triton', finish_reason: 'length' }) === 1,
+    10000, 'the Triton request counted');
+  const metrics = await L.fetchMetrics(srv.port);
   await srv.stop();
+  checkLog(db, metrics);
   L.log('server stopped cleanly (exit 0)');
 });
