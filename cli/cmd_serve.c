@@ -1,6 +1,7 @@
 /* cmd_serve.c: `inflight serve`: option parsing for the WebSocket server (server/server.h). */
 #include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -34,34 +35,135 @@ static const char *const HELP =
     "  --step-tokens N         token budget of one step (default 256)\n"
     "  --kv-mem-mb N           most memory of each batcher's KV pool, in MiB: the pool holds\n"
     "                          max-batch full contexts or what fits in N MiB, whichever is less\n"
-    "                          (always at least one full context); default N: "
-    IFL_STR(IFL_DEFAULT_KV_MEM_MB_CPU) " on the\n"
-    "                          CPU (f32 elements), " IFL_STR(IFL_DEFAULT_KV_MEM_MB_CUDA)
-    " on CUDA (16-bit elements)\n"
-    "  --max-connections N     WebSocket connections at once (default 256; more are closed with\n"
-    "                          1013)\n"
-    "  --max-inflight N        requests in flight per connection (default 64)\n"
-    "  --max-message BYTES     largest client message (default 65536; larger ones close with "
-    "1009)\n"
-    "  --max-outbox BYTES      bytes waiting to be sent to one connection before it is closed as\n"
-    "                          too slow (default 1048576)\n"
-    "  --max-tokens N          default max_tokens of a request (default 64)\n"
-    "  --temperature X         default temperature (default 0.8)\n"
-    "  --top-k N               default top_k (default 40)\n"
-    "  --top-p X               default top_p (default 0.95)\n"
-    "  --db PATH               log sessions, requests, token timings and sampled steps to this\n"
-    "                          SQLite file (created and migrated at start; see inflight db)\n"
-    "  --db-flush-ms N         write the log every N ms (default 200)\n"
-    "  --db-queue N            records waiting for the writer, at most (default 100000; more are\n"
-    "                          dropped and counted on /metrics)\n"
-    "  --retain-days X         delete logged requests older than X days (default: keep)\n"
-    "  --retain-requests N     keep only the newest N logged requests (default: keep)\n"
-    "  --history MODE          own (default: a user key sees its own requests), all (everyone's),\n"
-    "                          off: GET /api/history and the history page\n"
-    "  --grace SECONDS         on SIGTERM/SIGINT, how long requests in flight may finish before\n"
-    "                          they are cancelled (default 10)\n"
-    "  --no-request-log        no line per request on stderr\n"
-    "  --quiet                 print only errors\n";
+    "                          (always at least one full context); default N: " IFL_STR(
+        IFL_DEFAULT_KV_MEM_MB_CPU) " on the\n"
+                                   "                          CPU (f32 elements), " IFL_STR(
+                                       IFL_DEFAULT_KV_MEM_MB_CUDA) " on CUDA (16-bit elements)\n"
+                                                                   "  --max-connections N     "
+                                                                   "WebSocket connections at once "
+                                                                   "(default 256; more are closed "
+                                                                   "with\n"
+                                                                   "                          "
+                                                                   "1013)\n"
+                                                                   "  --max-inflight N        "
+                                                                   "requests in flight per "
+                                                                   "connection (default 64)\n"
+                                                                   "  --max-message BYTES     "
+                                                                   "largest client message "
+                                                                   "(default 65536; larger ones "
+                                                                   "close with "
+                                                                   "1009)\n"
+                                                                   "  --max-outbox BYTES      "
+                                                                   "bytes waiting to be sent to "
+                                                                   "one connection before it is "
+                                                                   "closed as\n"
+                                                                   "                          too "
+                                                                   "slow (default 1048576)\n"
+                                                                   "  --max-tokens N          "
+                                                                   "default max_tokens of a "
+                                                                   "request (default 64)\n"
+                                                                   "  --temperature X         "
+                                                                   "default temperature (default "
+                                                                   "0.8)\n"
+                                                                   "  --top-k N               "
+                                                                   "default top_k (default 40)\n"
+                                                                   "  --top-p X               "
+                                                                   "default top_p (default 0.95)\n"
+                                                                   "  --db PATH               log "
+                                                                   "sessions, requests, token "
+                                                                   "timings and sampled steps to "
+                                                                   "this\n"
+                                                                   "                          "
+                                                                   "SQLite file (created and "
+                                                                   "migrated at start; see "
+                                                                   "inflight db)\n"
+                                                                   "  --db-flush-ms N         "
+                                                                   "write the log every N ms "
+                                                                   "(default 200)\n"
+                                                                   "  --db-queue N            "
+                                                                   "records waiting for the "
+                                                                   "writer, at most (default "
+                                                                   "100000; more are\n"
+                                                                   "                          "
+                                                                   "dropped and counted on "
+                                                                   "/metrics)\n"
+                                                                   "  --retain-days X         "
+                                                                   "delete logged requests older "
+                                                                   "than X days (default: keep)\n"
+                                                                   "  --retain-requests N     keep "
+                                                                   "only the newest N logged "
+                                                                   "requests (default: keep)\n"
+                                                                   "  --history MODE          own "
+                                                                   "(default: a user key sees its "
+                                                                   "own requests), all "
+                                                                   "(everyone's),\n"
+                                                                   "                          off: "
+                                                                   "GET /api/history and the "
+                                                                   "history page\n"
+                                                                   "  --grace SECONDS         on "
+                                                                   "SIGTERM/SIGINT, how long "
+                                                                   "requests in flight may finish "
+                                                                   "before\n"
+                                                                   "                          they "
+                                                                   "are cancelled (default 10)\n"
+                                                                   "  --api-key KEY           "
+                                                                   "require Authorization: Bearer "
+                                                                   "KEY on /v1, the /v2 generate\n"
+                                                                   "                          "
+                                                                   "endpoints and /ws (the page: "
+                                                                   "/?api_key=KEY); health probes, "
+                                                                   "the\n"
+                                                                   "                          page "
+                                                                   "and /metrics stay open "
+                                                                   "(default: no key)\n"
+                                                                   "  --api-key-file FILE     the "
+                                                                   "same, the key read from FILE "
+                                                                   "(its first line)\n"
+                                                                   "  --no-request-log        no "
+                                                                   "line per request on stderr\n"
+                                                                   "  --quiet                 "
+                                                                   "print only errors\n";
+
+/* An API key: 8 to 256 printable ASCII characters, no spaces. */
+static int api_key_check(const char *cmd, const char *what, const char *k)
+{
+    size_t n = strlen(k);
+    int ok = n >= 8 && n <= 256;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = k[i] > 0x20 && k[i] < 0x7f;
+    if (!ok) {
+        char msg[400];
+        snprintf(
+            msg, sizeof msg,
+            "%.300s: an API key is 8 to 256 printable ASCII characters without spaces (got %zu "
+            "bytes)",
+            what, n);
+        return cli_usage_error(cmd, msg);
+    }
+    return 0;
+}
+
+/* The first line of path (the key; kept for the process's life), or NULL after saying why. */
+static const char *read_api_key(const char *cmd, const char *path)
+{
+    static char *key;
+    size_t len;
+    ifl_err err;
+    free(key);
+    key = NULL;
+    if (ifl_read_file(path, &key, &len, 4096, &err)) {
+        fprintf(stderr, "inflight %s: --api-key-file: %s\n", cmd, err.msg);
+        return NULL;
+    }
+    key[strcspn(key, "\r\n")] = 0;
+    char what[300];
+    snprintf(what, sizeof what, "--api-key-file %s", path);
+    if (api_key_check(cmd, what, key)) {
+        free(key);
+        key = NULL;
+    }
+    return key;
+}
 
 int cmd_serve(int argc, char **argv)
 {
@@ -94,6 +196,8 @@ int cmd_serve(int argc, char **argv)
         {"retain-requests", required_argument, 0, 'R'},
         {"history", required_argument, 0, 'Y'},
         {"grace", required_argument, 0, 'G'},
+        {"api-key", required_argument, 0, 'x'},
+        {"api-key-file", required_argument, 0, 'X'},
         {"no-request-log", no_argument, 0, 'L'},
         {"quiet", no_argument, 0, 'Q'},
         {"help", no_argument, 0, 'h'},
@@ -210,6 +314,15 @@ int cmd_serve(int argc, char **argv)
             break;
         case 'G':
             if (cli_f64(cmd, "--grace", optarg, 0, 86400, &o.grace_s))
+                return 2;
+            break;
+        case 'x':
+            if (api_key_check(cmd, "--api-key", optarg))
+                return 2;
+            o.api_key = optarg;
+            break;
+        case 'X':
+            if (!(o.api_key = read_api_key(cmd, optarg)))
                 return 2;
             break;
         case 'L': o.log_requests = 0; break;

@@ -32,6 +32,8 @@ static const ifl_code_info CODES[] = {
     [IFL_CODE_OUT_OF_MEMORY] = {"out_of_memory", 503,
                                 "the server ran out of memory for this request"},
     [IFL_CODE_ENGINE_ERROR] = {"engine_error", 500, "the engine failed while running the request"},
+    [IFL_CODE_UNAUTHORIZED] = {"unauthorized", 401,
+                               "the server has an API key (--api-key) and the request lacks it"},
 };
 
 _Static_assert(sizeof CODES / sizeof CODES[0] == IFL_N_CODES, "codes.c: one entry per ifl_code");

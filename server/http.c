@@ -28,6 +28,30 @@ typedef struct {
     bridge_item answer;
 } http_job;
 
+/* The request carries the server's API key (or there is none): "Authorization: Bearer KEY", or
+ * with url_arg also ?api_key=KEY (a browser's WebSocket cannot set headers). Compared in time
+ * independent of where the bytes differ. */
+int srv_api_key_ok(const server *s, struct lws *wsi, int url_arg)
+{
+    const char *key = s->o->api_key;
+    if (!key)
+        return 1;
+    char got[512];
+    const char *k = NULL;
+    if (lws_hdr_copy(wsi, got, sizeof got, WSI_TOKEN_HTTP_AUTHORIZATION) > 7 &&
+        !strncasecmp(got, "Bearer ", 7))
+        k = got + 7;
+    else if (url_arg)
+        k = lws_get_urlarg_by_name(wsi, "api_key=", got, sizeof got);
+    if (!k)
+        return 0;
+    size_t n = strlen(key), m = strlen(k);
+    unsigned diff = (unsigned)(n != m);
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned)(unsigned char)key[i] ^ (unsigned)(unsigned char)(i < m ? k[i] : 0);
+    return !diff;
+}
+
 /* A user key is 16..64 of A-Z a-z 0-9 _ -; stored only as its SHA-256. */
 int srv_user_key_hash(const char *key, char hex[65])
 {
@@ -322,6 +346,29 @@ static int http_metrics(server *s, srv_conn *c, struct lws *wsi, int head_only)
                         sb_steal(&sb), n, head_only, NULL, NULL);
 }
 
+/* 401: the API key is missing or wrong (OpenAI's shape, or Triton's {"error"}). */
+int http_unauthorized(server *s, srv_conn *c, struct lws *wsi, int openai)
+{
+    static const char msg[] = "this server needs an API key: send Authorization: Bearer KEY";
+    metrics_count_error(&s->m, IFL_CODE_UNAUTHORIZED);
+    strbuf sb;
+    sb_init(&sb, 0);
+    if (openai) {
+        openai_write_error(&sb, HTTP_STATUS_UNAUTHORIZED, IFL_CODE_UNAUTHORIZED, NULL, msg, 0);
+    } else {
+        sb_puts(&sb, "{\"error\":");
+        sb_json_str(&sb, msg, strlen(msg));
+        sb_puts(&sb, "}");
+    }
+    if (!sb_ok(&sb)) {
+        sb_free(&sb);
+        return -1;
+    }
+    size_t n = sb.len;
+    return http_respond(c, wsi, HTTP_STATUS_UNAUTHORIZED, "application/json", sb_steal(&sb), n, 0,
+                        "www-authenticate:", "Bearer");
+}
+
 /* GET /v1/models and /v1/models/ID (OpenAI's shape); anything else under /v1: 404 in that shape. */
 static int http_v1(server *s, srv_conn *c, struct lws *wsi, const char *path, int head_only)
 {
@@ -398,8 +445,11 @@ static int http_request(server *s, srv_conn *c, struct lws *wsi, const char *pat
         return http_api(s, c, wsi, path);
     if (!strncmp(path, "/v2", 3) && (!path[3] || path[3] == '/'))
         return http_v2(s, c, wsi, path, is_head);
-    if (!strncmp(path, "/v1/", 4))
+    if (!strncmp(path, "/v1/", 4)) {
+        if (!srv_api_key_ok(s, wsi, 0))
+            return http_unauthorized(s, c, wsi, 1);
         return http_v1(s, c, wsi, path, is_head);
+    }
     if (!strcmp(path, "/ws"))
         return http_text(c, wsi, 426, "this is the WebSocket endpoint: connect with a WebSocket\n",
                          is_head);

@@ -317,6 +317,10 @@ int http_gen_begin(server *s, srv_conn *c, struct lws *wsi, const char *path)
         return gen_error_answer(c, wsi, &ri, HTTP_STATUS_NOT_FOUND, IFL_CODE_UNKNOWN_MODEL, "model",
                                 msg, 1);
     }
+    if (!srv_api_key_ok(s, wsi, 0)) {
+        c->http_close_after = 1; /* the body is not read */
+        return http_unauthorized(s, c, wsi, ri.api != HTTP_API_TRITON);
+    }
     if (s->stopping || !atomic_load(&s->ready))
         return gen_error_answer(
             c, wsi, &ri, HTTP_STATUS_SERVICE_UNAVAILABLE, IFL_CODE_SHUTTING_DOWN, NULL,

@@ -48,6 +48,7 @@ typedef struct {
     int64_t retain_requests; /* 0: keep */
     const char *history;     /* "own" (default), "all", "off" */
     double grace_s;          /* on SIGTERM/SIGINT: how long running requests may finish */
+    const char *api_key;     /* NULL: open; else /v1, /v2 generation and /ws need it (Bearer) */
 } ifl_server_opts;
 
 void ifl_server_opts_default(ifl_server_opts *o);

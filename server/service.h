@@ -67,6 +67,7 @@ typedef struct srv_conn {
     /* what the upgrade request said (copied in FILTER_PROTOCOL_CONNECTION) */
     char user_hash[65];
     char user_agent[160];
+    int api_key_missing; /* --api-key is set and the upgrade did not present it */
     /* HTTP: the response being written */
     char *http_body;
     size_t http_len, http_sent;
@@ -122,6 +123,10 @@ void http_history_answer(server *s, history_job *j);
 int http_respond(srv_conn *c, struct lws *wsi, int status, const char *ctype, char *body,
                  size_t len, int head_only, const char *extra_name, const char *extra_value);
 void http_on_history_done(void *ud, history_job *job); /* history thread: into the bridge */
+/* --api-key: the request presents it (Authorization: Bearer; url_arg: also ?api_key=), or the
+ * server has none. */
+int srv_api_key_ok(const server *s, struct lws *wsi, int url_arg);
+int http_unauthorized(server *s, srv_conn *c, struct lws *wsi, int openai); /* the 401 answer */
 /* http_v2.c: GET/HEAD of a path under /v2 (service thread) */
 int http_v2(server *s, srv_conn *c, struct lws *wsi, const char *path, int head_only);
 /* http_gen.c (service thread): http_gen_is_path: a generation path (Triton's .../generate[_stream],

@@ -302,6 +302,7 @@ static int on_filter(srv_conn *c, struct lws *wsi)
         snprintf(c->user_hash, sizeof c->user_hash, "!"); /* refused at ESTABLISHED */
     if (lws_hdr_copy(wsi, c->user_agent, sizeof c->user_agent, WSI_TOKEN_HTTP_USER_AGENT) < 0)
         c->user_agent[0] = 0;
+    c->api_key_missing = !srv_api_key_ok(lws_context_user(lws_get_context(wsi)), wsi, 1);
     return 0;
 }
 
@@ -327,7 +328,11 @@ static void on_established(server *s, srv_conn *c, struct lws *wsi)
                                  .at_ms = ifl_db_now_ms()};
         ifl_dblog_session_open(s->log.db, &rec);
     }
-    if (bad_key) {
+    if (c->api_key_missing) {
+        metrics_count_error(&s->m, IFL_CODE_UNAUTHORIZED);
+        close_now(s, c, LWS_CLOSE_STATUS_POLICY_VIOLATION,
+                  "this server needs an API key: Authorization: Bearer KEY or /ws?api_key=KEY");
+    } else if (bad_key) {
         close_now(s, c, LWS_CLOSE_STATUS_POLICY_VIOLATION,
                   "the user key must be 16 to 64 characters of A-Z a-z 0-9 _ -");
     } else if (s->stopping) {

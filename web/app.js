@@ -143,9 +143,12 @@
 
   // ---------------------------------------------------------------- connection
 
+  // A server started with --api-key wants it on /ws too: open the page as /?api_key=KEY.
   function wsUrl() {
     const proto = location.protocol === 'https:' ? 'wss:' : 'ws:';
-    return proto + '//' + location.host + '/ws?user=' + encodeURIComponent(window.InflightUserKey.get().key);
+    const apiKey = new URLSearchParams(location.search).get('api_key');
+    return proto + '//' + location.host + '/ws?user=' + encodeURIComponent(window.InflightUserKey.get().key) +
+      (apiKey ? '&api_key=' + encodeURIComponent(apiKey) : '');
   }
 
   function connect() {
