@@ -522,8 +522,9 @@ void http_on_history_done(void *ud, history_job *job)
 }
 
 /* The connection is gone: a history answer still to come is dropped when it arrives. */
-static void on_closed_http(server *s, srv_conn *c)
+static void on_closed_http(server *s, srv_conn *c, struct lws *wsi)
 {
+    http_gen_conn_closed(s, wsi);
     if (!c)
         return;
     http_gen_closed(s, c);
@@ -548,7 +549,7 @@ int http_callback(server *s, struct lws *wsi, enum lws_callback_reasons reason, 
     case LWS_CALLBACK_HTTP_BODY: return http_gen_body(s, c, wsi, in, len);
     case LWS_CALLBACK_HTTP_BODY_COMPLETION: return http_gen_body_done(s, c, wsi);
     case LWS_CALLBACK_HTTP_WRITEABLE: return http_writeable(c, wsi);
-    case LWS_CALLBACK_CLOSED_HTTP: on_closed_http(s, c); return 0;
+    case LWS_CALLBACK_CLOSED_HTTP: on_closed_http(s, c, wsi); return 0;
     /* the transaction is over (lws frees this per-session data before the next request on a
      * keep-alive connection, or at the close) */
     case LWS_CALLBACK_HTTP_DROP_PROTOCOL:

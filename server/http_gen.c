@@ -5,10 +5,11 @@
  * request layer's sink, and the answer: one JSON object, or Server-Sent Events sent chunked and
  * flushed as each token comes.
  *
- * One request at a time per connection, and each request is an owner of its own (a session in the
- * batchers' fairness and in the request log: lws gives every HTTP transaction fresh per-session
- * data; OpenAI's "user" names the session instead), so a client that goes away cancels it
- * (req_owner_gone: its KV blocks are free within one step). After the answer the connection stays
+ * One request at a time per connection. The connection is the session (in the batchers' fairness
+ * and in the request log; kept as the wsi's opaque user data, since lws gives every HTTP
+ * transaction fresh per-session data), unless OpenAI's "user" names one. Each request is an owner
+ * of its own, so a client that goes away cancels it (req_owner_gone: its KV blocks are free within
+ * one step). After the answer the connection stays
  * open for the next request (keep-alive).
  *
  * The body: Content-Length required (411 without one; lws 4.1 does not decode chunked request
@@ -382,17 +383,34 @@ int http_gen_body(server *s, srv_conn *c, struct lws *wsi, const void *in, size_
 
 /* The request's owner: a session of its own in the batchers and in the request log (whose
  * requests rows need it), or the one OpenAI's "user" names (the same user, the same session). */
+/* What outlives a connection's transactions (lws frees the per-session data after each): its
+ * session, kept as the wsi's opaque user data until CLOSED_HTTP. */
+typedef struct {
+    uint64_t session;
+    int logged; /* its sessions row is written */
+} http_conn;
+
 static void open_session(server *s, srv_conn *c, struct lws *wsi, const http_req_info *ri)
 {
-    uint64_t session = req_random_u64(&s->rl);
+    uint64_t session;
+    http_conn *hc = NULL;
     if (ri->has_user) {
         session = 1469598103934665603ull; /* FNV-1a of the name */
         for (const char *q = ri->user; *q; q++)
             session = (session ^ (unsigned char)*q) * 1099511628211ull;
+    } else {
+        hc = lws_get_opaque_user_data(wsi);
+        if (!hc && (hc = calloc(1, sizeof *hc))) {
+            hc->session = req_random_u64(&s->rl);
+            lws_set_opaque_user_data(wsi, hc);
+        }
+        session = hc ? hc->session : req_random_u64(&s->rl);
     }
     req_owner_init(&c->owner, &HTTP_SINK, c, session, 1);
-    if (!s->log.db)
+    if (!s->log.db || (hc && hc->logged))
         return;
+    if (hc)
+        hc->logged = 1;
     lws_get_peer_simple(wsi, c->peer, sizeof c->peer);
     if (lws_hdr_copy(wsi, c->user_agent, sizeof c->user_agent, WSI_TOKEN_HTTP_USER_AGENT) < 0)
         c->user_agent[0] = 0;
@@ -493,12 +511,22 @@ void http_gen_closed(server *s, srv_conn *c)
     if (c->gen)
         c->gen->wsi = NULL;
     if (c->owner.sink) {
-        if (s->log.db)
-            ifl_dblog_session_close(s->log.db, c->owner.session_hex, ifl_db_now_ms(),
-                                    c->owner.n_reqs ? "HTTP connection closed"
-                                                    : "HTTP request answered");
         req_owner_gone(&s->rl, &c->owner);
         c->owner.sink = NULL; /* once: the close and the end of the transaction both come here */
     }
     gen_free(c);
+}
+
+void http_gen_conn_closed(server *s, struct lws *wsi)
+{
+    http_conn *hc = lws_get_opaque_user_data(wsi);
+    if (!hc)
+        return;
+    lws_set_opaque_user_data(wsi, NULL);
+    if (hc->logged && s->log.db) {
+        char hex[17];
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)hc->session);
+        ifl_dblog_session_close(s->log.db, hex, ifl_db_now_ms(), "HTTP connection closed");
+    }
+    free(hc);
 }

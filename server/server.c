@@ -328,6 +328,9 @@ static int listen_on(server *s)
     info.user = s;
     info.options = strchr(o->host, ':') ? 0 : LWS_SERVER_OPTION_DISABLE_IPV6;
     info.timeout_secs = 30;
+    /* an HTTP request's line and headers: at most 8 KiB together (lws closes the connection of
+     * one with more); its body is capped by --max-message */
+    info.max_http_header_data = 8192;
     s->ctx = lws_create_context(&info);
     if (!s->ctx) {
         fprintf(stderr,

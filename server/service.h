@@ -142,6 +142,7 @@ int http_gen_body_done(server *s, srv_conn *c, struct lws *wsi);
 int http_gen_streaming(const srv_conn *c);
 int http_gen_writeable(srv_conn *c, struct lws *wsi);
 void http_gen_closed(server *s, srv_conn *c);
+void http_gen_conn_closed(server *s, struct lws *wsi); /* CLOSED_HTTP: the session ends */
 /* A user key is 16..64 of A-Z a-z 0-9 _ -; kept only as its SHA-256 (hex). -1 if it does not fit.
  */
 int srv_user_key_hash(const char *key, char hex[65]);

@@ -393,8 +393,9 @@ static void on_peer_close(srv_conn *c, const unsigned char *p, size_t len)
              rl ? (const char *)p + 2 : "");
 }
 
-static void on_closed(server *s, srv_conn *c)
+static void on_closed(server *s, srv_conn *c, struct lws *wsi)
 {
+    http_gen_conn_closed(s, wsi); /* HTTP requests before the upgrade: their session ends */
     free(c->http_body);
     c->http_body = NULL;
     if (!c->is_ws)
@@ -434,7 +435,7 @@ int ws_callback(server *s, struct lws *wsi, enum lws_callback_reasons reason, sr
     case LWS_CALLBACK_RECEIVE: return on_receive(s, c, wsi, in, len);
     case LWS_CALLBACK_SERVER_WRITEABLE: return on_writeable(s, c, wsi);
     case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE: on_peer_close(c, in, len); return 0;
-    case LWS_CALLBACK_CLOSED: on_closed(s, c); return 0;
+    case LWS_CALLBACK_CLOSED: on_closed(s, c, wsi); return 0;
     default: return 0;
     }
 }

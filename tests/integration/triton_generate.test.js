@@ -14,6 +14,8 @@
 //    object, wrong types, out of range, unknown and doubled fields, empty prompt, not UTF-8, a body
 //    over --max-message 413, no Content-Length 411, wrong Content-Type 415, GET 405 with
 //    Allow: POST, unknown model 404), and the server keeps serving;
+//  - the request line and headers may take 8 KiB (more: the connection is closed unanswered),
+//    and a body sent slowly holds no other request up;
 //  - a client that leaves in the middle of a stream has its request cancelled: /metrics counts it
 //    finish_reason="cancelled", and its running requests and KV blocks in use return to 0.
 const http = require('http');
@@ -239,6 +241,33 @@ async function checkInterleave(srv, sub) {
   L.log(`the seed's demo over /v2: ${out.join('; ')}`);
 }
 
+// Header caps (8 KiB for the request line and headers together: over it lws closes the connection
+// without an answer) and a slow body that holds nothing else up.
+async function checkHygiene(srv) {
+  const port = srv.port;
+  const get = (extra, q = '') => L.rawHttp(port, `GET /v2/health/live${q} HTTP/1.1\r\nHost: x\r\n${extra}Connection: close\r\n\r\n`);
+  L.eq((await get('', `?${'a'.repeat(6000)}`)).status, 200, 'a 6000-byte query');
+  L.eq((await get('', `?${'a'.repeat(9000)}`)).status, 0, 'a 9000-byte query: closed without an answer');
+  L.eq((await get(`X-Big: ${'b'.repeat(7000)}\r\n`)).status, 200, 'a 7000-byte header');
+  L.eq((await get(`X-Big: ${'b'.repeat(20000)}\r\n`)).status, 0, 'a 20000-byte header: closed without an answer');
+  // slow body: A's headers and 10 bytes of its body; B is answered meanwhile; then A's rest
+  const body = JSON.stringify({ text_input: 'Hello', max_tokens: 2 });
+  const net = require('net');
+  const a = net.connect(port, '127.0.0.1');
+  let aText = '';
+  a.on('data', (d) => { aText += d.toString('latin1'); });
+  await new Promise((r) => a.on('connect', r));
+  a.write(`POST /v2/models/simple-gpt2/generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n` +
+    `Content-Length: ${body.length}\r\nConnection: close\r\n\r\n${body.slice(0, 10)}`);
+  const b = await post(port, '/v2/models/iterative-gpt2/generate', { text_input: 'Meanwhile', max_tokens: 2 });
+  L.eq(b.status, 200, 'a request answered while another body is half sent');
+  L.eq(aText, '', 'the slow request was answered before its body was complete');
+  a.write(body.slice(10));
+  await new Promise((r) => a.on('close', r));
+  L.check(/^HTTP\/1\.1 200 /.test(aText) && /"finish_reason":"length"/.test(aText), `the slow request's answer: ${aText.slice(0, 200)}`);
+  L.log('header caps: a 6000-byte query and a 7000-byte header served, 9000 / 20000 bytes closed; a slow body held nothing up and was then answered');
+}
+
 async function metricValue(port, name) {
   const m = await L.fetchMetrics(port);
   const v = m.samples.filter((s) => s.name === name).reduce((x, s) => x + s.value, 0);
@@ -285,6 +314,7 @@ L.main('triton_generate', async () => {
   await checkInterleave(srv, c);
   await checkKeepAlive(srv);
   await checkErrors(srv);
+  await checkHygiene(srv);
   await checkClientLeaves(srv);
   c.close();
   srv.assertAlive();
