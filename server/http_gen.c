@@ -381,8 +381,6 @@ int http_gen_body(server *s, srv_conn *c, struct lws *wsi, const void *in, size_
     return 0;
 }
 
-/* The request's owner: a session of its own in the batchers and in the request log (whose
- * requests rows need it), or the one OpenAI's "user" names (the same user, the same session). */
 /* What outlives a connection's transactions (lws frees the per-session data after each): its
  * session, kept as the wsi's opaque user data until CLOSED_HTTP. */
 typedef struct {
@@ -390,6 +388,8 @@ typedef struct {
     int logged; /* its sessions row is written */
 } http_conn;
 
+/* The request's owner, in its session: the connection's (the batchers' fairness, and the request
+ * log, whose requests rows need a sessions row), or the one OpenAI's "user" names. */
 static void open_session(server *s, srv_conn *c, struct lws *wsi, const http_req_info *ri)
 {
     uint64_t session;
