@@ -77,7 +77,10 @@ static int gen_error_answer(srv_conn *c, struct lws *wsi, const http_req_info *r
     c->http_close_after = close;
     size_t n = sb.len;
     return http_respond(c, wsi, status, "application/json", sb_steal(&sb), n, 0,
-                        close ? "connection:" : NULL, close ? "close" : NULL);
+                        close           ? "connection:"
+                        : status == 429 ? "retry-after:"
+                                        : NULL,
+                        close ? "close" : "1"); /* 429 (queue full): try again in a second */
 }
 
 /* ---- the stream ------------------------------------------------------------------------------ */
@@ -468,6 +471,7 @@ int http_gen_body_done(server *s, srv_conn *c, struct lws *wsi)
     memset(&p, 0, sizeof p);
     if (parse_body(s, g, &p, &pe)) {
         free(p.prompt);
+        free(p.prompt_ids);
         metrics_count_error(&s->m, pe.code);
         return gen_error_answer(c, wsi, &g->ri, ifl_code_get(pe.code)->http_status, pe.code,
                                 pe.param[0] ? pe.param : NULL, pe.message, 0);
@@ -489,6 +493,7 @@ int http_gen_body_done(server *s, srv_conn *c, struct lws *wsi)
     lws_set_timeout(wsi, NO_PENDING_TIMEOUT, 0); /* the answer may take longer than lws's 30 s */
     srv_req *r = req_submit(&s->rl, &c->owner, &p, g->t_arrival);
     free(p.prompt); /* req_submit took it, or left it to us */
+    free(p.prompt_ids);
     if (!r)
         return 0; /* refused: sink_error answered */
     if (g->ri.stream)

@@ -2,7 +2,8 @@
  * and GET /v1/models.
  *
  * Requests: model (required: iterative-gpt2, simple-gpt2, iterative, static, or the served
- * model's name, meaning iterative), prompt (completions: a string) or messages (chat: rendered with
+ * model's name, meaning iterative), prompt (completions: a string, or an array of token ids) or
+ * messages (chat: rendered with
  * the plain-text template below), max_tokens (chat also max_completion_tokens), temperature,
  * top_p, seed, stop (a string or up to 4 strings), stream, stream_options.include_usage, user (the
  * session of the batchers' fairness), n (1 only), and vLLM's extensions top_k and ignore_eos. Any
@@ -17,7 +18,9 @@
  * finish_reason, then the usage chunk when asked for, then "data: [DONE]". Errors
  * {"error":{"message","type","param","code"}}. */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "http_api.h"
@@ -214,15 +217,52 @@ static cJSON *normalize(const cJSON *root, http_api_kind api, proto_error *err)
     return o;
 }
 
+/* A completions prompt given as token ids: [id, ...] (a non-empty array of integers; their range
+ * is the request layer's check, against the vocabulary). 1 when prompt is such an array and taken,
+ * 0 when it is not an array, -1 with *err. */
+static int take_prompt_ids(const cJSON *root, const proto_limits *lim, req_params *p,
+                           proto_error *err)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "prompt");
+    if (!cJSON_IsArray(v))
+        return 0;
+    int n = cJSON_GetArraySize(v);
+    if (n < 1 || n > lim->max_tokens + 1)
+        return fail(err, IFL_CODE_OUT_OF_RANGE, "prompt",
+                    "field 'prompt' as token ids must hold 1 to n_ctx ids");
+    if (!cJSON_IsNumber(v->child))
+        return fail(err, IFL_CODE_WRONG_TYPE, "prompt",
+                    "field 'prompt' must be a string or an array of token ids (one prompt per "
+                    "request)");
+    p->prompt_ids = malloc((size_t)n * sizeof *p->prompt_ids);
+    if (!p->prompt_ids)
+        return fail(err, IFL_CODE_OUT_OF_MEMORY, "prompt", "no memory for the prompt");
+    int i = 0;
+    const cJSON *x;
+    cJSON_ArrayForEach(x, v)
+    {
+        double d = cJSON_IsNumber(x) ? x->valuedouble : -1.5;
+        if (d != floor(d) || d < -2147483648.0 || d > 2147483647.0)
+            return fail(err, IFL_CODE_WRONG_TYPE, "prompt",
+                        "field 'prompt' as token ids must hold integers only");
+        p->prompt_ids[i++] = (int32_t)d;
+    }
+    p->n_prompt_ids = n;
+    return 1;
+}
+
 int openai_parse(const cJSON *root, const proto_limits *lim, const char *served, http_req_info *ri,
                  req_params *p, proto_error *err)
 {
     if (parse_openai_fields(root, served, ri, err))
         return -1;
+    int ids = ri->api == HTTP_API_COMPLETIONS ? take_prompt_ids(root, lim, p, err) : 0;
+    if (ids < 0)
+        return -1;
     cJSON *o = normalize(root, ri->api, err);
     if (!o)
         return -1;
-    int rc = proto_parse_params(o, "prompt", lim, p, err);
+    int rc = proto_parse_params(o, ids ? NULL : "prompt", lim, p, err);
     cJSON_Delete(o);
     if (rc)
         return -1;

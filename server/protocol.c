@@ -269,7 +269,8 @@ int proto_parse_params(const cJSON *obj, const char *prompt_field, const proto_l
                        req_params *m, proto_error *err)
 {
     params_defaults(lim, m);
-    if (parse_prompt(obj, prompt_field, m, err) || parse_sampling(obj, lim, m, err))
+    if ((prompt_field && parse_prompt(obj, prompt_field, m, err)) ||
+        parse_sampling(obj, lim, m, err))
         return -1;
     return 0;
 }

@@ -58,7 +58,7 @@ int proto_parse(const char *text, size_t len, const proto_limits *lim, proto_msg
 void proto_msg_free(proto_msg *m);
 
 /* The generation parameters of one JSON object, for the HTTP APIs: the prompt from prompt_field
- * (a non-empty string), then the same optional fields and checks as generate's (max_tokens,
+ * (a non-empty string; NULL: the caller takes the prompt itself), then the same optional fields and checks as generate's (max_tokens,
  * temperature, top_k, top_p, seed, ignore_eos, stop), defaults from lim; the policy is left as
  * iterative (the caller's route decides). Unknown fields are the caller's to check. 0, or -1 with
  * *err; either way free m->prompt. */

@@ -147,13 +147,39 @@ static int admissible(req_layer *L, req_owner *o, srv_req *r)
     return 0;
 }
 
-/* Tokenizes the prompt and checks it against the context; 0 with *ids filled. */
-static int tokenize(req_layer *L, req_owner *o, srv_req *r, const char *text, size_t len,
-                    ifl_tokens *ids)
+/* Token ids as given, each checked against the vocabulary; 0 with *ids filled. */
+static int take_ids(req_layer *L, req_owner *o, srv_req *r, const req_params *p, ifl_tokens *ids)
+{
+    char msg[160];
+    int32_t nv = ifl_tokenizer_n_vocab(L->tok);
+    for (int32_t i = 0; i < p->n_prompt_ids; i++) {
+        if (p->prompt_ids[i] < 0 || p->prompt_ids[i] >= nv) {
+            snprintf(msg, sizeof msg, "prompt[%d] is %d: a token id must be from 0 to %d", i,
+                     p->prompt_ids[i], nv - 1);
+            ifl_tokens_free(ids);
+            refuse(L, o, r, IFL_CODE_OUT_OF_RANGE, msg);
+            return -1;
+        }
+        if (ifl_tokens_push(ids, p->prompt_ids[i])) {
+            ifl_tokens_free(ids);
+            refuse(L, o, r, IFL_CODE_OUT_OF_MEMORY, "no memory for the prompt");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Tokenizes the prompt (or takes its ids) and checks it against the context; 0 with *ids
+ * filled. */
+static int tokenize(req_layer *L, req_owner *o, srv_req *r, const req_params *p, const char *text,
+                    size_t len, ifl_tokens *ids)
 {
     char msg[IFL_ERR_MAX + 64];
     ifl_err err;
-    if (ifl_tokenizer_encode(L->tok, text, len, 0, ids, &err)) {
+    if (p->prompt_ids) {
+        if (take_ids(L, o, r, p, ids))
+            return -1;
+    } else if (ifl_tokenizer_encode(L->tok, text, len, 0, ids, &err)) {
         snprintf(msg, sizeof msg, "cannot tokenize the prompt: %s", err.msg);
         refuse(L, o, r, IFL_CODE_INVALID_REQUEST, msg);
         return -1;
@@ -205,15 +231,20 @@ srv_req *req_submit(req_layer *L, req_owner *o, req_params *p, uint64_t t_arriva
     }
     char *text = p->prompt;
     size_t text_len = p->prompt_len;
-    if (L->log->db) { /* the prompt is only kept for the log */
+    if (L->log->db && p->prompt) { /* the prompt is only kept for the log */
         r->prompt = p->prompt;
         r->prompt_len = p->prompt_len;
         p->prompt = NULL;
+    } else if (L->log->db && p->prompt_ids && L->tok) { /* token ids: the log keeps their text */
+        ifl_err e;
+        if (ifl_tokenizer_decode(L->tok, p->prompt_ids, (size_t)p->n_prompt_ids, &r->prompt,
+                                 &r->prompt_len, &e))
+            r->prompt = NULL, r->prompt_len = 0;
     }
     if (admissible(L, o, r))
         return NULL;
     ifl_tokens ids = {0};
-    if (tokenize(L, o, r, text, text_len, &ids))
+    if (tokenize(L, o, r, p, text, text_len, &ids))
         return NULL;
     ifl_request_params rp = {.session = o->session,
                              .prompt = ids.ids,

@@ -37,6 +37,8 @@ typedef struct {
     char id[REQ_MAX_ID + 1]; /* the client's id, unique among its owner's requests in flight */
     char *prompt;            /* heap, NUL-terminated; req_submit takes it (sets it to NULL) */
     size_t prompt_len;
+    int32_t *prompt_ids; /* instead of prompt: token ids (heap, the caller's; OpenAI's array) */
+    int32_t n_prompt_ids;
     ifl_policy policy;
     req_api api; /* REQ_API_WS unless an HTTP front end sets it */
     int32_t max_tokens;

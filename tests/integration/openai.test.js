@@ -11,9 +11,12 @@
 //    unknown model, n = 2, unknown field), and the server keeps serving;
 //  - a stream aborted with an AbortController after three chunks: the request is counted
 //    cancelled on /metrics and running requests and KV blocks in use return to 0;
+//  - a full queue (--max-batch 1 --max-queue 1, one running and one waiting): 429 queue_full with
+//    Retry-After, the client's RateLimitError;
 //  - the request log (--db) has a row per finished request with the API it came through (ws,
 //    openai, and one triton request), as many per API and finish reason as /metrics'
-//    inflight_api_requests_total counted; a session is a connection (keep-alive requests share it)
+//    inflight_api_requests_total counted (and the one refused by the request layer, a token id
+//    out of range, with its code); a session is a connection (keep-alive requests share it)
 //    and ends when the connection closes.
 const http = require('http');
 const path = require('path');
@@ -70,6 +73,15 @@ async function checkCompletions(client, c, served) {
     L.check(body.slice(0, -1).every((ch) => ch.choices[0].finish_reason === null), 'finish_reason null until the end');
     out.push(`${k.model}: ${k.p.max_tokens} tokens = /ws (whole and streamed, usage ${usage.usage.prompt_tokens}+${usage.usage.completion_tokens})`);
   }
+  // the prompt as token ids (the JavaScript reference encoder's): the same completion
+  const enc = require(path.join(L.REPO, 'node_modules', 'gpt-3-encoder'));
+  const k = cases[0];
+  const ids = enc.encode(k.prompt);
+  const byText = await client.completions.create({ model: k.model, prompt: k.prompt, ...k.p, ...k.ext });
+  const byIds = await client.completions.create({ model: k.model, prompt: ids, ...k.p, ...k.ext });
+  L.eq(byIds.choices[0].text, byText.choices[0].text, 'the prompt as token ids: the same completion');
+  L.eq(byIds.usage.prompt_tokens, ids.length, 'the prompt as token ids: prompt_tokens');
+  out.push(`prompt as ${ids.length} token ids = as text`);
   L.log(`completions: ${out.join('; ')}`);
 }
 
@@ -102,6 +114,9 @@ async function checkErrors(client) {
     [{ model: 'iterative', prompt: 'Hi', logit_bias: {} }, 400, 'BadRequestError', 'unknown_field', 'logit_bias'],
     [{ model: 'iterative', prompt: '' }, 400, 'BadRequestError', 'empty_prompt', 'prompt'],
     [{ model: 'iterative', prompt: 'Hi', stop: ['a', 'b', 'c', 'd', 'e'] }, 400, 'BadRequestError', 'out_of_range', 'stop'],
+    [{ model: 'iterative', prompt: [15496, 999999] }, 400, 'BadRequestError', 'out_of_range', null],
+    [{ model: 'iterative', prompt: ['Hi', 'there'] }, 400, 'BadRequestError', 'wrong_type', 'prompt'],
+    [{ model: 'iterative', prompt: [] }, 400, 'BadRequestError', 'out_of_range', 'prompt'],
   ];
   const seen = [];
   for (const [body, status, cls, code, param] of cases) {
@@ -130,16 +145,18 @@ async function checkAbort(client, srv) {
   const stream = await client.completions.create({ model: 'iterative', prompt: 'Once', max_tokens: 255, ignore_eos: true, stream: true },
     { signal: ac.signal });
   let n = 0;
-  let aborted = false;
   try {
     for await (const ch of stream) {
       L.check(ch.choices[0].finish_reason === null, 'the stream finished before the abort');
-      if (++n === 3) ac.abort();
+      if (++n === 3) {
+        ac.abort(); // the client closes the connection; chunks already read may still come
+        break;
+      }
     }
   } catch (e) {
-    aborted = true;
+    L.check(e.name === 'AbortError' || /abort/i.test(e.message), `the stream failed otherwise: ${e.message}`);
   }
-  L.check(aborted || n === 3, `the stream was not aborted (${n} chunks)`);
+  L.eq(n, 3, 'chunks read before the abort');
   await L.until(async () => (await L.fetchMetrics(srv.port)).maybe('inflight_requests_total',
     { policy: 'iterative', finish_reason: 'cancelled' }) === before + 1, 30000, 'the aborted request counted cancelled');
   await L.until(async () => {
@@ -165,7 +182,11 @@ function tritonOnce(port) {
 
 // The log's rows by API and finish reason against /metrics' counts (taken before the stop).
 function checkLog(db, metrics) {
-  const rows = D.q(db, 'SELECT api, finish_reason, count(*) AS n FROM requests GROUP BY api, finish_reason ORDER BY api, finish_reason');
+  const rows = D.q(db, 'SELECT api, finish_reason, count(*) AS n FROM requests WHERE finish_reason IS NOT NULL ' +
+    'GROUP BY api, finish_reason ORDER BY api, finish_reason');
+  // refused by the request layer (after parsing): logged with their code, no finish
+  const refused = D.q(db, 'SELECT api, error_code FROM requests WHERE finish_reason IS NULL');
+  L.eq(JSON.stringify(refused), JSON.stringify([{ api: 'openai', error_code: 'out_of_range' }]), 'refused rows (the token id out of range)');
   const want = metrics.samples.filter((x) => x.name === 'inflight_api_requests_total' && x.value > 0)
     .map((x) => ({ api: x.labels.api, finish_reason: x.labels.finish_reason, n: x.value }))
     .sort((a, b) => (a.api + a.finish_reason < b.api + b.finish_reason ? -1 : 1));
@@ -181,6 +202,38 @@ function checkLog(db, metrics) {
   const reasons = D.q(db, "SELECT DISTINCT s.close_reason AS r FROM sessions s JOIN requests q ON q.session_id = s.id WHERE q.api != 'ws'");
   L.eq(JSON.stringify(reasons), JSON.stringify([{ r: 'HTTP connection closed' }]), 'the HTTP sessions close reasons');
   L.log(`request log: ${rows.map((r) => `${r.api}/${r.finish_reason} ${r.n}`).join(', ')} = /metrics; ${oai.n} openai requests in ${oai.s} sessions (connections), all closed`);
+}
+
+// A full queue: with --max-batch 1 --max-queue 1, A runs, B waits, C is refused 429 with
+// Retry-After, as the client's RateLimitError.
+async function checkQueueFull(bin, vocab, model, OpenAIClass) {
+  const srv = await L.startServer(bin, vocab, model, ['--no-request-log', '--max-batch', '1', '--max-queue', '1']);
+  const client = new OpenAIClass({ baseURL: `${srv.base}/v1`, apiKey: 'unused', maxRetries: 0 });
+  const ac = new AbortController();
+  const opened = async (prompt) => {
+    const st = await client.completions.create({ model: 'iterative', prompt, max_tokens: 255, ignore_eos: true, stream: true }, { signal: ac.signal });
+    return st;
+  };
+  const a = await opened('A');
+  const itA = a[Symbol.asyncIterator]();
+  await itA.next(); // A has its first token: it runs
+  await opened('B'); // its 200 came once it was submitted: it waits
+  const body = JSON.stringify({ model: 'iterative', prompt: 'C', max_tokens: 2 });
+  const r = await L.httpRequest(srv.port, '/v1/completions', { method: 'POST', body,
+    headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } });
+  L.eq(r.status, 429, 'C with A running and B waiting');
+  L.eq(r.headers['retry-after'], '1', 'Retry-After');
+  L.eq(JSON.parse(r.body.toString('utf8')).error.code, 'queue_full', '429 code');
+  let err = null;
+  try {
+    await client.completions.create({ model: 'iterative', prompt: 'D', max_tokens: 2 });
+  } catch (e) {
+    err = e;
+  }
+  L.check(err && err.constructor.name === 'RateLimitError' && err.status === 429, `the client's error for a full queue: ${err && err.constructor.name}`);
+  ac.abort();
+  await srv.stop();
+  L.log('a full queue: 429 queue_full with Retry-After: 1, the client\'s RateLimitError');
 }
 
 L.main('openai', async () => {
@@ -208,5 +261,6 @@ L.main('openai', async () => {
   const metrics = await L.fetchMetrics(srv.port);
   await srv.stop();
   checkLog(db, metrics);
+  await checkQueueFull(bin, vocab, model, OpenAI);
   L.log('server stopped cleanly (exit 0)');
 });
