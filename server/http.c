@@ -165,6 +165,18 @@ fail:
     return -1;
 }
 
+int http_respond_json(srv_conn *c, struct lws *wsi, int status, strbuf *sb, int head_only,
+                      const char *extra_name, const char *extra_value)
+{
+    if (!sb_ok(sb)) {
+        sb_free(sb);
+        return -1;
+    }
+    size_t n = sb->len;
+    return http_respond(c, wsi, status, "application/json", sb_steal(sb), n, head_only, extra_name,
+                        extra_value);
+}
+
 static int http_text(srv_conn *c, struct lws *wsi, int status, const char *text, int head_only)
 {
     size_t n = strlen(text);
@@ -224,12 +236,7 @@ static int http_json_error(srv_conn *c, struct lws *wsi, int status, const char 
     sb_puts(&sb, "{\"error\":");
     sb_json_str(&sb, msg, strlen(msg));
     sb_puts(&sb, "}");
-    if (!sb_ok(&sb)) {
-        sb_free(&sb);
-        return -1;
-    }
-    size_t n = sb.len;
-    return http_respond(c, wsi, status, "application/json", sb_steal(&sb), n, 0, NULL, NULL);
+    return http_respond_json(c, wsi, status, &sb, 0, NULL, NULL);
 }
 
 /* Parses a decimal argument in [lo, hi]; -1 if present and bad, 0 absent, 1 read. */
@@ -360,13 +367,8 @@ int http_unauthorized(server *s, srv_conn *c, struct lws *wsi, int openai)
         sb_json_str(&sb, msg, strlen(msg));
         sb_puts(&sb, "}");
     }
-    if (!sb_ok(&sb)) {
-        sb_free(&sb);
-        return -1;
-    }
-    size_t n = sb.len;
-    return http_respond(c, wsi, HTTP_STATUS_UNAUTHORIZED, "application/json", sb_steal(&sb), n, 0,
-                        "www-authenticate:", "Bearer");
+    return http_respond_json(c, wsi, HTTP_STATUS_UNAUTHORIZED, &sb, 0,
+                             "www-authenticate:", "Bearer");
 }
 
 /* GET /v1/models and /v1/models/ID (OpenAI's shape); anything else under /v1: 404 in that shape. */
@@ -399,13 +401,7 @@ static int http_v1(server *s, srv_conn *c, struct lws *wsi, const char *path, in
                            "POST /v1/chat/completions",
                            0);
     }
-    if (!sb_ok(&sb)) {
-        sb_free(&sb);
-        return -1;
-    }
-    size_t n = sb.len;
-    return http_respond(c, wsi, status, "application/json", sb_steal(&sb), n, head_only, NULL,
-                        NULL);
+    return http_respond_json(c, wsi, status, &sb, head_only, NULL, NULL);
 }
 
 static int http_request(server *s, srv_conn *c, struct lws *wsi, const char *path)

@@ -70,17 +70,12 @@ static int gen_error_answer(srv_conn *c, struct lws *wsi, const http_req_info *r
     else
         openai_write_error(&sb, status, code, param, msg, 0);
     gen_free(c); /* ri may be c->gen's: written above */
-    if (!sb_ok(&sb)) {
-        sb_free(&sb);
-        return -1;
-    }
     c->http_close_after = close;
-    size_t n = sb.len;
-    return http_respond(c, wsi, status, "application/json", sb_steal(&sb), n, 0,
-                        close           ? "connection:"
-                        : status == 429 ? "retry-after:"
-                                        : NULL,
-                        close ? "close" : "1"); /* 429 (queue full): try again in a second */
+    return http_respond_json(c, wsi, status, &sb, 0,
+                             close           ? "connection:"
+                             : status == 429 ? "retry-after:"
+                                             : NULL,
+                             close ? "close" : "1"); /* 429 (queue full): try again in a second */
 }
 
 /* ---- the stream ------------------------------------------------------------------------------ */
@@ -227,8 +222,7 @@ static void sink_done(void *fe, const srv_req *r, const req_result *res)
         return;
     }
     gen_free(c);
-    size_t n = sb.len;
-    if (http_respond(c, wsi, HTTP_STATUS_OK, "application/json", sb_steal(&sb), n, 0, NULL, NULL))
+    if (http_respond_json(c, wsi, HTTP_STATUS_OK, &sb, 0, NULL, NULL))
         lws_set_timeout(wsi, PENDING_TIMEOUT_CLOSE_SEND, LWS_TO_KILL_ASYNC);
 }
 

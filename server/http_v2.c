@@ -33,12 +33,7 @@ static const char *not_ready_reason(server *s)
 
 static int v2_json(srv_conn *c, struct lws *wsi, int status, strbuf *sb, int head_only)
 {
-    if (!sb_ok(sb)) {
-        sb_free(sb);
-        return -1;
-    }
-    size_t n = sb->len;
-    return http_respond(c, wsi, status, "application/json", sb_steal(sb), n, head_only, NULL, NULL);
+    return http_respond_json(c, wsi, status, sb, head_only, NULL, NULL);
 }
 
 /* {"error": msg} with status. */

@@ -122,6 +122,9 @@ void http_history_answer(server *s, history_job *j);
  * head_only or empty. -1: close the connection. */
 int http_respond(srv_conn *c, struct lws *wsi, int status, const char *ctype, char *body,
                  size_t len, int head_only, const char *extra_name, const char *extra_value);
+/* The same for a JSON body built in sb (pre 0), which it takes (-1 when sb ran out of memory). */
+int http_respond_json(srv_conn *c, struct lws *wsi, int status, strbuf *sb, int head_only,
+                      const char *extra_name, const char *extra_value);
 void http_on_history_done(void *ud, history_job *job); /* history thread: into the bridge */
 /* --api-key: the request presents it (Authorization: Bearer; url_arg: also ?api_key=), or the
  * server has none. */

@@ -196,8 +196,8 @@ function openStream(port, model, body) {
 // The seed's demo over /v2: A (A_TOKENS) streams; once A's first event is in, B (B_TOKENS) is
 // sent to the same model. The verdict is the server's own step record (a /ws subscriber's step
 // frames): on iterative-gpt2 some step holds both and B ends first; on simple-gpt2 no step holds
-// both and B starts after A's last step. Only these two requests run meanwhile, so the rid that
-// comes first is A's.
+// both and B starts after A's last step. Only these two requests run meanwhile: A is the rid in
+// A_TOKENS steps, B the one in B_TOKENS.
 async function checkInterleave(srv, sub) {
   const A_TOKENS = 200;
   const B_TOKENS = 10;
@@ -213,15 +213,22 @@ async function checkInterleave(srv, sub) {
     L.eq(sseEvents(ra, `${model} A`).length, A_TOKENS + 1, `${model}: A's events`);
     L.eq(sseEvents(rb, `${model} B`).length, B_TOKENS + 1, `${model}: B's events`);
     const stepsOf = () => sub.frames.slice(from).filter((f) => f.msg.type === 'step' && f.msg.model === policy).map((f) => f.msg);
-    const rids = () => [...new Set(stepsOf().flatMap((st) => st.seqs.map(([r]) => r)))];
-    await sub.waitFor(() => {
-      const rs = rids();
-      const st = stepsOf();
-      return rs.length === 2 && st.filter((x) => x.seqs.some(([r]) => r === rs[0])).length >= A_TOKENS &&
-        st.filter((x) => x.seqs.some(([r]) => r === rs[1])).length >= B_TOKENS;
-    }, 60000, `${policy}: the step frames of both requests`);
+    // A and B by their step counts: A_TOKENS and B_TOKENS steps (the step frames of requests that
+    // ended before, which may trail their done frames, hold a step or two)
+    const counts = () => {
+      const m = new Map();
+      for (const st of stepsOf()) for (const [r] of st.seqs) m.set(r, (m.get(r) || 0) + 1);
+      return m;
+    };
+    const pick = () => {
+      const m = counts();
+      const a = [...m].find(([, n]) => n === A_TOKENS);
+      const b = [...m].find(([r, n]) => n === B_TOKENS && (!a || r !== a[0]));
+      return a && b ? [a[0], b[0]] : null;
+    };
+    await sub.waitFor(() => pick() !== null, 60000, `${policy}: the step frames of both requests (${A_TOKENS} and ${B_TOKENS} steps)`);
     const steps = stepsOf();
-    const [rA, rB] = rids();
+    const [rA, rB] = pick();
     L.eq(steps.reduce((x, st) => x + st.dropped, 0), 0, `${policy}: step frames dropped`);
     const withA = steps.filter((st) => st.seqs.some(([r]) => r === rA));
     const withB = steps.filter((st) => st.seqs.some(([r]) => r === rB));
