@@ -9,6 +9,8 @@
 //  - the seed's demo: two streams, the second sent once the first has its first token, run
 //    together on iterative-gpt2 (a step holds both, the short one ends first) and one after the
 //    other on simple-gpt2 (no step holds both), by the server's step frames;
+//  - curl (the tutorial's client; `curl -d` without a Content-Type, `curl -N` for the stream) gets
+//    the same answers on both models, and a 400 for a bad field;
 //  - several requests on one keep-alive connection (the same client socket) all answer;
 //  - bad requests get the right status and {"error"} naming what was wrong (bad JSON, not an
 //    object, wrong types, out of range, unknown and doubled fields, empty prompt, not UTF-8, a body
@@ -19,6 +21,7 @@
 //  - a client that leaves in the middle of a stream has its request cancelled: /metrics counts it
 //    finish_reason="cancelled", and its running requests and KV blocks in use return to 0.
 const http = require('http');
+const { spawnSync } = require('child_process');
 const L = require('./lib');
 
 const MAX_MESSAGE = 4096;
@@ -102,6 +105,47 @@ async function checkSameText(srv, c) {
   L.log(out.join('; '));
 }
 
+// The same requests through curl (Triton's tutorial's client): `curl -d` (no -H: curl sends
+// application/x-www-form-urlencoded, which is taken as JSON) and `curl -N` for the stream, on
+// both model names; the answers equal the ones above.
+function curl(args) {
+  const r = spawnSync('curl', ['-sS', '--max-time', '120', ...args], { encoding: 'utf8', timeout: 130000 });
+  L.check(r.status === 0, () => `curl ${args.join(' ')}: status ${r.status}: ${r.stderr}`);
+  return r.stdout;
+}
+
+async function checkCurl(srv) {
+  if (!curlPath()) {
+    L.cannotCheck('no curl: the Triton endpoints are not checked with curl (scripts/setup.sh --test installs it)');
+    return;
+  }
+  const out = [];
+  for (const model of ['iterative-gpt2', 'simple-gpt2']) {
+    const body = { text_input: 'The quick brown fox', max_tokens: 8, seed: 5, temperature: 0.8, ignore_eos: true };
+    const ref = await post(srv.port, `/v2/models/${model}/generate`, body);
+    const refJ = JSON.parse(ref.text);
+    const one = JSON.parse(curl(['-d', JSON.stringify(body), `${srv.base}/v2/models/${model}/generate`]));
+    L.eq(JSON.stringify(one), JSON.stringify(refJ), `curl ${model}/generate`);
+    const streamed = curl(['-N', '-H', 'Content-Type: application/json', '-d', JSON.stringify(body),
+      `${srv.base}/v2/models/${model}/generate_stream`]);
+    const evs = sseEvents({ headers: { 'content-type': 'text/event-stream', 'transfer-encoding': 'chunked' }, text: streamed },
+      `curl ${model}/generate_stream`);
+    L.eq(evs.length, 9, `curl ${model}/generate_stream: events`);
+    L.eq(evs.slice(0, -1).map((e) => e.text_output).join(''), refJ.text_output, `curl ${model}/generate_stream: the text`);
+    L.eq(evs[8].finish_reason, 'length', `curl ${model}/generate_stream: finish`);
+    out.push(`${model}: generate and generate_stream (9 events) = the node client's answer`);
+  }
+  const bad = curl(['-w', '\n%{http_code}', '-d', '{"text_input": "x", "max_tokens": 0}', `${srv.base}/v2/models/simple-gpt2/generate`]).split('\n');
+  L.eq(bad[1], '400', 'curl: a bad max_tokens');
+  L.check(/max_tokens/.test(JSON.parse(bad[0]).error), 'curl: the error names max_tokens');
+  L.log(`curl: ${out.join('; ')}; a bad request 400`);
+}
+
+function curlPath() {
+  const r = spawnSync('sh', ['-c', 'command -v curl'], { encoding: 'utf8' });
+  return r.status === 0 ? r.stdout.trim() : null;
+}
+
 async function checkKeepAlive(srv) {
   const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
   const ports = [];
@@ -170,8 +214,35 @@ async function checkErrors(srv) {
   L.log(`bad requests: ${cases.length} bodies (${seen.filter((s) => s === 400).length} x 400, ${seen.filter((s) => s === 413).length} x 413), 415, 411, 405, 404; then 200`);
 }
 
+// A stream through curl -N whose first event and end can be awaited: {first, done} (done resolves
+// with {status, headers, text} as post() does; the headers are checked by the other streams).
+function openCurlStream(port, model, body) {
+  const { spawn } = require('child_process');
+  let firstResolve;
+  const first = new Promise((r) => { firstResolve = r; });
+  const done = new Promise((resolve, reject) => {
+    const p = spawn('curl', ['-sS', '-N', '--max-time', '300', '-w', '\n%{http_code}', '-H', 'Content-Type: application/json',
+      '-d', JSON.stringify(body), `http://127.0.0.1:${port}/v2/models/${model}/generate_stream`]);
+    let out = '';
+    p.stdout.setEncoding('utf8');
+    p.stdout.on('data', (d) => {
+      out += d;
+      if (out.includes('\n\n')) firstResolve();
+    });
+    p.on('error', reject);
+    p.on('close', (code) => {
+      if (code !== 0) return reject(new Error(`curl exited ${code}`));
+      const cut = out.lastIndexOf('\n');
+      return resolve({ status: Number(out.slice(cut + 1)), text: out.slice(0, cut),
+        headers: { 'content-type': 'text/event-stream', 'transfer-encoding': 'chunked' } });
+    });
+  });
+  return { first, done };
+}
+
 // A stream whose first event and end can be awaited: {first, done} (done resolves with the body).
 function openStream(port, model, body) {
+  if (curlPath()) return openCurlStream(port, model, body);
   const data = JSON.stringify(body);
   let firstResolve;
   const first = new Promise((r) => { firstResolve = r; });
@@ -193,7 +264,7 @@ function openStream(port, model, body) {
   return { first, done };
 }
 
-// The seed's demo over /v2: A (A_TOKENS) streams; once A's first event is in, B (B_TOKENS) is
+// The seed's demo over /v2, through curl -N (the tutorial's client): A (A_TOKENS) streams; once A's first event is in, B (B_TOKENS) is
 // sent to the same model. The verdict is the server's own step record (a /ws subscriber's step
 // frames): on iterative-gpt2 some step holds both and B ends first; on simple-gpt2 no step holds
 // both and B starts after A's last step. Only these two requests run meanwhile: A is the rid in
@@ -245,7 +316,7 @@ async function checkInterleave(srv, sub) {
     }
     out.push(`${model}: A steps ${withA[0].step}..${aLast}, B ${bFirst}..${bLast}, ${both.length} steps hold both`);
   }
-  L.log(`the seed's demo over /v2: ${out.join('; ')}`);
+  L.log(`the seed's demo over /v2 (${curlPath() ? 'curl -N' : 'node http'}): ${out.join('; ')}`);
 }
 
 // Header caps (8 KiB for the request line and headers together: over it lws closes the connection
@@ -319,6 +390,7 @@ L.main('triton_generate', async () => {
   c.send({ type: 'subscribe', topic: 'steps' });
   await c.waitFor((f) => f.msg.type === 'subscribed', 30000, 'subscribed');
   await checkInterleave(srv, c);
+  await checkCurl(srv);
   await checkKeepAlive(srv);
   await checkErrors(srv);
   await checkHygiene(srv);
