@@ -363,9 +363,8 @@ int http_unauthorized(server *s, srv_conn *c, struct lws *wsi, int openai)
     if (openai) {
         openai_write_error(&sb, HTTP_STATUS_UNAUTHORIZED, IFL_CODE_UNAUTHORIZED, NULL, msg, 0);
     } else {
-        sb_puts(&sb, "{\"error\":");
-        sb_json_str(&sb, msg, strlen(msg));
-        sb_puts(&sb, "}");
+        http_req_info none = {.api = HTTP_API_TRITON};
+        triton_write_error(&sb, &none, IFL_CODE_UNAUTHORIZED, msg, 0);
     }
     return http_respond_json(c, wsi, HTTP_STATUS_UNAUTHORIZED, &sb, 0,
                              "www-authenticate:", "Bearer");

@@ -38,6 +38,9 @@ typedef struct {
 int http_model_policy(const char *name, const char *served_name, ifl_policy *policy);
 
 /* ---- Triton (http_triton.c) ---- */
+/* The Triton model named by the len bytes at name: iterative-gpt2 or simple-gpt2; 0 with *policy
+ * set, or -1 with msg (cap bytes) saying which models there are. */
+int triton_model(const char *name, size_t len, ifl_policy *policy, char *msg, size_t cap);
 int triton_parse(const struct cJSON *root, const proto_limits *lim, http_req_info *ri,
                  req_params *p, proto_error *err);
 /* A stream event for one token: the whole "data: ...\n\n". */

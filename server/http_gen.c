@@ -31,7 +31,6 @@
 #define SSE_CHUNK 16384
 
 struct http_gen {
-    server *s;
     struct lws *wsi;
     http_req_info ri;
     /* the body */
@@ -113,7 +112,7 @@ static void sse_queue(http_gen *g, const strbuf *ev)
         lws_callback_on_writable(g->wsi);
 }
 
-static int stream_writeable(srv_conn *c, struct lws *wsi)
+int http_gen_writeable(srv_conn *c, struct lws *wsi)
 {
     http_gen *g = c->gen;
     if (!g->headers_sent) {
@@ -273,12 +272,16 @@ static int content_type_ok(struct lws *wsi, http_api_kind api, char *got, size_t
 }
 
 /* The route of a POST path: 0 with *ri's api, stream (Triton) and model set; -1 if it is not a
- * generation path; -2 for an unknown Triton model (its name in ri->model). */
-static int route(const char *path, http_req_info *ri)
+ * generation path; -2 for an unknown Triton model (msg says so). */
+static int route(const char *path, http_req_info *ri, char *msg, size_t cap)
 {
     memset(ri, 0, sizeof *ri);
-    if (!strcmp(path, "/v1/completions") || !strcmp(path, "/v1/chat/completions")) {
-        ri->api = path[4] == 'c' && path[5] == 'h' ? HTTP_API_CHAT : HTTP_API_COMPLETIONS;
+    if (!strcmp(path, "/v1/completions")) {
+        ri->api = HTTP_API_COMPLETIONS;
+        return 0;
+    }
+    if (!strcmp(path, "/v1/chat/completions")) {
+        ri->api = HTTP_API_CHAT;
         return 0;
     }
     if (strncmp(path, "/v2/models/", 11))
@@ -290,28 +293,25 @@ static int route(const char *path, http_req_info *ri)
         return -1;
     ri->api = HTTP_API_TRITON;
     ri->stream = !strcmp(tail, "/generate_stream");
-    snprintf(ri->model, sizeof ri->model, "%.*s",
-             (int)(nlen > HTTP_MODEL_MAX ? HTTP_MODEL_MAX : nlen), name);
-    if (strcmp(ri->model, "iterative-gpt2") && strcmp(ri->model, "simple-gpt2"))
+    if (triton_model(name, nlen, &ri->policy, msg, cap))
         return -2;
-    http_model_policy(ri->model, NULL, &ri->policy);
+    snprintf(ri->model, sizeof ri->model, "%.*s", (int)nlen, name);
     return 0;
 }
 
 int http_gen_is_path(const char *path)
 {
     http_req_info ri;
-    return route(path, &ri) != -1;
+    char msg[200];
+    return route(path, &ri, msg, sizeof msg) != -1;
 }
 
 int http_gen_begin(server *s, srv_conn *c, struct lws *wsi, const char *path)
 {
     http_req_info ri;
     char msg[300];
-    int rt = route(path, &ri);
+    int rt = route(path, &ri, msg, sizeof msg);
     if (rt == -2) {
-        snprintf(msg, sizeof msg, "unknown model '%s': this server has iterative-gpt2, simple-gpt2",
-                 ri.model);
         return gen_error_answer(c, wsi, &ri, HTTP_STATUS_NOT_FOUND, IFL_CODE_UNKNOWN_MODEL, "model",
                                 msg, 1);
     }
@@ -347,7 +347,6 @@ int http_gen_begin(server *s, srv_conn *c, struct lws *wsi, const char *path)
     http_gen *g = calloc(1, sizeof *g);
     if (!g)
         return -1;
-    g->s = s;
     g->wsi = wsi;
     g->ri = ri;
     g->t_arrival = ifl_now_us();
@@ -493,11 +492,6 @@ int http_gen_body_done(server *s, srv_conn *c, struct lws *wsi)
     if (g->ri.stream)
         lws_callback_on_writable(wsi); /* the headers now: the client sees 200 at once */
     return 0;
-}
-
-int http_gen_writeable(srv_conn *c, struct lws *wsi)
-{
-    return stream_writeable(c, wsi);
 }
 
 int http_gen_streaming(const srv_conn *c)

@@ -5,6 +5,7 @@
  * "completion_tokens"}; a stream event per token {"model_name", "model_version", "text_output"}
  * and a last one with the finish; errors {"error": "..."}. */
 #include <cjson/cJSON.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "http_api.h"
@@ -86,6 +87,22 @@ fail:
     cJSON_Delete(params);
     cJSON_Delete(flat);
     return NULL;
+}
+
+int triton_model(const char *name, size_t len, ifl_policy *policy, char *msg, size_t cap)
+{
+    static const struct {
+        const char *name;
+        ifl_policy policy;
+    } models[] = {{"iterative-gpt2", IFL_POLICY_ITERATIVE}, {"simple-gpt2", IFL_POLICY_STATIC}};
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
+        if (strlen(models[i].name) == len && !strncmp(name, models[i].name, len)) {
+            *policy = models[i].policy;
+            return 0;
+        }
+    snprintf(msg, cap, "unknown model '%.*s': this server has iterative-gpt2, simple-gpt2",
+             (int)(len > 128 ? 128 : len), name);
+    return -1;
 }
 
 int triton_parse(const cJSON *root, const proto_limits *lim, http_req_info *ri, req_params *p,

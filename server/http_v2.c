@@ -8,16 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "http_api.h"
 #include "service.h"
-
-static const struct {
-    const char *name;
-    ifl_policy policy;
-} v2_models[] = {
-    {"iterative-gpt2", IFL_POLICY_ITERATIVE},
-    {"simple-gpt2", IFL_POLICY_STATIC},
-};
-#define V2_N_MODELS (sizeof v2_models / sizeof v2_models[0])
 
 /* Why the server is not ready, or NULL when it is. */
 static const char *not_ready_reason(server *s)
@@ -64,16 +56,17 @@ static int v2_server_metadata(srv_conn *c, struct lws *wsi, int head_only)
     return v2_json(c, wsi, HTTP_STATUS_OK, &sb, head_only);
 }
 
-static int v2_model_metadata(server *s, srv_conn *c, struct lws *wsi, size_t m, int head_only)
+static int v2_model_metadata(server *s, srv_conn *c, struct lws *wsi, const char *name,
+                             ifl_policy policy, int head_only)
 {
     strbuf sb;
     sb_init(&sb, 0);
     sb_puts(&sb, "{\"name\":");
-    sb_json_str(&sb, v2_models[m].name, strlen(v2_models[m].name));
+    sb_json_str(&sb, name, strlen(name));
     sb_printf(&sb,
               ",\"versions\":[\"1\"],\"platform\":\"inflight\",\"parameters\":{\"policy\":\"%s\","
               "\"max_tokens\":%d",
-              ifl_policy_name(v2_models[m].policy), (int)s->lim.max_tokens);
+              ifl_policy_name(policy), (int)s->lim.max_tokens);
     if (s->rl.n_ctx > 0) /* known once the model is loaded */
         sb_printf(&sb, ",\"n_ctx\":%d", (int)s->rl.n_ctx);
     sb_puts(&sb, "},"
@@ -83,45 +76,33 @@ static int v2_model_metadata(server *s, srv_conn *c, struct lws *wsi, size_t m, 
     return v2_json(c, wsi, HTTP_STATUS_OK, &sb, head_only);
 }
 
-static int v2_unknown_model(srv_conn *c, struct lws *wsi, const char *name, size_t len,
-                            int head_only)
-{
-    char msg[300];
-    snprintf(msg, sizeof msg, "unknown model '%.*s': this server has iterative-gpt2, simple-gpt2",
-             (int)(len > 128 ? 128 : len), name);
-    return v2_error(c, wsi, HTTP_STATUS_NOT_FOUND, msg, head_only);
-}
-
 /* /v2/models/NAME[/versions/V][/ready]: rest is what follows "/v2/models/". */
 static int v2_model(server *s, srv_conn *c, struct lws *wsi, const char *rest, int head_only)
 {
     const char *slash = strchr(rest, '/');
     size_t nlen = slash ? (size_t)(slash - rest) : strlen(rest);
-    size_t m = V2_N_MODELS;
-    for (size_t i = 0; i < V2_N_MODELS; i++)
-        if (strlen(v2_models[i].name) == nlen && !strncmp(rest, v2_models[i].name, nlen))
-            m = i;
-    if (m == V2_N_MODELS)
-        return v2_unknown_model(c, wsi, rest, nlen, head_only);
+    ifl_policy policy;
+    char name[HTTP_MODEL_MAX + 1], msg[300];
+    if (triton_model(rest, nlen, &policy, msg, sizeof msg))
+        return v2_error(c, wsi, HTTP_STATUS_NOT_FOUND, msg, head_only);
+    snprintf(name, sizeof name, "%.*s", (int)nlen, rest);
     const char *tail = rest + nlen;
     if (!strncmp(tail, "/versions/", 10)) {
         const char *v = tail + 10, *vend = strchr(v, '/');
         size_t vlen = vend ? (size_t)(vend - v) : strlen(v);
         if (vlen != 1 || v[0] != '1') {
-            char msg[300];
             snprintf(msg, sizeof msg, "model '%s' has no version '%.*s': its one version is 1",
-                     v2_models[m].name, (int)(vlen > 64 ? 64 : vlen), v);
+                     name, (int)(vlen > 64 ? 64 : vlen), v);
             return v2_error(c, wsi, HTTP_STATUS_NOT_FOUND, msg, head_only);
         }
         tail = v + vlen;
     }
     if (!*tail)
-        return v2_model_metadata(s, c, wsi, m, head_only);
+        return v2_model_metadata(s, c, wsi, name, policy, head_only);
     if (!strcmp(tail, "/ready"))
         return v2_probe(c, wsi, not_ready_reason(s), head_only);
-    char msg[200];
     snprintf(msg, sizeof msg, "no such endpoint under model '%s' (GET: its metadata, or /ready)",
-             v2_models[m].name);
+             name);
     return v2_error(c, wsi, HTTP_STATUS_NOT_FOUND, msg, head_only);
 }
 
