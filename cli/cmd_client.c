@@ -1,36 +1,39 @@
-/* cmd_client.c: `inflight client`: a libwebsockets client of a running `inflight serve`.
- *
- * Demo (default): the seed's terminal demo over the real WebSocket: "Programming in C++ is like"
- * and "Programming in Assembly is like" sent 50 ms apart to one policy, streamed side by side in
- * two columns, again and again until Ctrl+C (--rounds N to stop after N).
+/* cmd_client.c: `inflight client`: a client of a running `inflight serve`, over /ws (default) or,
+ * with --api openai|triton, the HTTP APIs (client_ws.c, client_http.c).
+ * Demo (default): the seed's terminal demo: "Programming in C++ is like" and "Programming in
+ * Assembly is like" sent 50 ms apart to one policy, streamed side by side in two columns
+ * (client_demo.c), again and again until Ctrl+C (--rounds N to stop after N).
  * --bench: the seed's profiler against the server: closed loop (rounds of N requests sent
  * --interval-ms apart, each round waiting for its requests) or open loop (--rate: Poisson
- * arrivals), over --connections sockets; prints throughput, time to first token, inter-token
- * latency percentiles and mean time to last response, with a progress bar on stderr.
- * Everything runs on one thread: the lws service loop, with lws_sul timers for the send schedule.
+ * arrivals); prints throughput, time to first token, inter-token latency percentiles and mean
+ * time to last response, with a progress bar on stderr. This file holds the options, the send
+ * schedule (lws_sul timers on the one lws service thread) and the figures.
  */
-#include <cjson/cJSON.h>
 #include <getopt.h>
-#include <libwebsockets.h>
 #include <math.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "bench_report.h"
 #include "cli.h"
-#include "rng.h"
-#include "strbuf.h"
+#include "client.h"
 #include "util.h"
 
 static const char *const HELP =
     "usage: inflight client [options]           (the two-column demo)\n"
     "       inflight client --bench [options]   (the profiler)\n"
     "\n"
-    "  --url URL           the server's WebSocket (default ws://127.0.0.1:8080/ws)\n"
+    "  --api A             ws | openai | triton (default ws): our /ws protocol, OpenAI's\n"
+    "                      /v1/completions or Triton's generate_stream, both streamed as SSE\n"
+    "  --url URL           the server: ws://HOST:PORT/ws for ws (default ws://127.0.0.1:8080/ws),\n"
+    "                      http://HOST:PORT[/PREFIX] for openai and triton (default\n"
+    "                      http://127.0.0.1:8080)\n"
+    "  --api-key KEY       when the server wants one (serve --api-key): Authorization: Bearer\n"
+    "                      over HTTP, ?api_key= on /ws\n"
     "  --model M           iterative | static (default iterative); --bench: also both (default)\n"
     "  --max-tokens N      per request (default: demo 48, bench 32)\n"
     "  --temperature X     (default: demo 0.8, bench 0 = greedy)\n"
@@ -44,61 +47,12 @@ static const char *const HELP =
     "  --interval-ms X     between sends in a round (default 50)\n"
     "  --rate R            open loop: R requests per second, Poisson arrivals\n"
     "  --requests N        open loop: how many (default 50)\n"
-    "  --connections N     sockets to spread requests over (default: one per concurrent request,\n"
+    "  --connections N     ws: sockets to spread requests over (default: one per concurrent "
+    "request,\n"
     "                      at most 64)\n"
     "  --prompt TEXT       (default \"Hello, how are you?\")\n"
     "  --no-ignore-eos     stop at <|endoftext|> (default: ignore it, as the seed's profile "
     "does)\n";
-
-typedef struct {
-    char id[24];
-    int conn;
-    uint64_t t_send, t_first, t_last, t_done;
-    int32_t tokens;
-    int done, failed;
-    char finish[16];
-    strbuf text; /* demo */
-    double ttft_ms_server, tps_server;
-} creq;
-
-typedef struct {
-    struct lws *wsi;
-    int ready;
-    int closed;
-    strbuf *outq; /* frames to send (ring of pending JSON) */
-    int n_out, cap_out, head_out;
-} cconn;
-
-typedef struct {
-    struct lws_context *ctx;
-    char *url_buf;
-    const char *address, *path;
-    int port;
-    int bench;
-    /* parameters */
-    const char *policy;
-    int32_t max_tokens;
-    double temperature;
-    uint64_t seed;
-    int ignore_eos;
-    int32_t concurrency, rounds, n_open, n_conns;
-    double interval_ms, rate;
-    const char *prompt, *prompt1, *prompt2;
-    /* state */
-    cconn *conns;
-    int n_ready, n_closed;
-    creq *reqs;
-    int32_t n_reqs, n_sent, n_done, round_base, round;
-    uint64_t next_send_us;
-    ifl_rng arrivals;
-    double *itl;
-    size_t n_itl, cap_itl;
-    lws_sorted_usec_list_t sul;
-    int phase; /* 0 connecting, 1 running, 2 finished */
-    int failed;
-    char error[256];
-    int tty;
-} client;
 
 static volatile sig_atomic_t g_interrupted;
 static client *g_cl;
@@ -111,164 +65,17 @@ static void on_sigint(int sig)
         lws_cancel_service(g_cl->ctx);
 }
 
-/* ---- sending ----------------------------------------------------------------------------- */
-
-static void conn_queue(client *cl, int ci, strbuf *sb)
-{
-    cconn *c = &cl->conns[ci];
-    if (c->n_out == c->cap_out) {
-        int cap = c->cap_out ? 2 * c->cap_out : 16;
-        strbuf *q = malloc((size_t)cap * sizeof *q);
-        if (!q) {
-            sb_free(sb);
-            return;
-        }
-        for (int i = 0; i < c->n_out; i++)
-            q[i] = c->outq[(c->head_out + i) % c->cap_out];
-        free(c->outq);
-        c->outq = q;
-        c->cap_out = cap;
-        c->head_out = 0;
-    }
-    c->outq[(c->head_out + c->n_out) % c->cap_out] = *sb;
-    c->n_out++;
-    lws_callback_on_writable(c->wsi);
-}
-
-static void send_generate(client *cl, creq *r, const char *prompt, uint64_t seed)
-{
-    strbuf sb;
-    sb_init(&sb, LWS_PRE);
-    sb_puts(&sb, "{\"type\":\"generate\",\"id\":");
-    sb_json_str(&sb, r->id, strlen(r->id));
-    sb_puts(&sb, ",\"prompt\":");
-    sb_json_str(&sb, prompt, strlen(prompt));
-    sb_printf(&sb, ",\"model\":\"%s\",\"max_tokens\":%d,\"temperature\":%g,\"seed\":%llu%s}",
-              cl->policy, cl->max_tokens, cl->temperature, (unsigned long long)seed,
-              cl->ignore_eos ? ",\"ignore_eos\":true" : "");
-    r->t_send = ifl_now_us();
-    conn_queue(cl, r->conn, &sb);
-}
-
-/* ---- the demo's two columns ----------------------------------------------------------------- */
-
-static int term_width(void)
-{
-    struct winsize w;
-    if (ioctl(1, TIOCGWINSZ, &w) == 0 && w.ws_col >= 40)
-        return w.ws_col;
-    return 100;
-}
-
-/* Splits text into lines of at most `width` characters (UTF-8 aware, breaks at newlines). */
-static int wrap_lines(const char *s, size_t n, int width, const char **starts, size_t *lens,
-                      int max_lines)
-{
-    int lines = 0;
-    size_t i = 0;
-    while (i < n && lines < max_lines) {
-        size_t start = i;
-        int cols = 0;
-        size_t last_space = 0;
-        while (i < n && s[i] != '\n' && cols < width) {
-            if (s[i] == ' ')
-                last_space = i;
-            i++;
-            while (i < n && ((unsigned char)s[i] & 0xC0) == 0x80)
-                i++;
-            cols++;
-        }
-        if (i < n && s[i] != '\n' && last_space > start && cols >= width)
-            i = last_space + 1;
-        starts[lines] = s + start;
-        lens[lines] = i - start;
-        while (lens[lines] > 0 && (s[start + lens[lines] - 1] == '\n'))
-            lens[lines]--;
-        lines++;
-        if (i < n && s[i] == '\n')
-            i++;
-    }
-    return lines;
-}
-
-static void demo_draw(client *cl, int final)
-{
-    if (!cl->tty && !final)
-        return;
-    int w = term_width(), colw = (w - 3) / 2;
-    enum { MAXL = 64 };
-    const char *st[2][MAXL];
-    size_t ln[2][MAXL];
-    int nl[2];
-    const char *prompts[2] = {cl->prompt1, cl->prompt2};
-    strbuf out;
-    sb_init(&out, 0);
-    if (cl->tty)
-        sb_puts(&out, "\x1b[H\x1b[2J");
-    sb_printf(&out, "inflight client: %s, round %d (Ctrl+C to stop)\n\n", cl->policy,
-              cl->round + 1);
-    for (int k = 0; k < 2; k++) {
-        creq *r = &cl->reqs[cl->round_base + k];
-        strbuf t;
-        sb_init(&t, 0);
-        sb_puts(&t, prompts[k]);
-        if (r->text.len)
-            sb_append(&t, sb_text(&r->text), r->text.len);
-        nl[k] = wrap_lines(sb_text(&t) ? sb_text(&t) : "", t.len, colw, st[k], ln[k], MAXL);
-        /* the wrapped lines point into t: copy them out before t goes */
-        for (int i = 0; i < nl[k]; i++) {
-            char *cp = malloc(ln[k][i] + 1);
-            if (cp) {
-                memcpy(cp, st[k][i], ln[k][i]);
-                cp[ln[k][i]] = 0;
-            }
-            st[k][i] = cp ? cp : "";
-            if (!cp)
-                ln[k][i] = 0;
-        }
-        sb_free(&t);
-    }
-    int rows = nl[0] > nl[1] ? nl[0] : nl[1];
-    for (int i = 0; i < rows; i++) {
-        for (int k = 0; k < 2; k++) {
-            size_t len = i < nl[k] ? ln[k][i] : 0;
-            int cols = 0;
-            for (size_t j = 0; j < len; j++)
-                cols += ((unsigned char)st[k][i][j] & 0xC0) != 0x80;
-            if (len)
-                sb_append(&out, st[k][i], len);
-            for (; cols < colw; cols++)
-                sb_puts(&out, " ");
-            if (!k)
-                sb_puts(&out, " | ");
-        }
-        sb_puts(&out, "\n");
-    }
-    sb_puts(&out, "\n");
-    for (int k = 0; k < 2; k++) {
-        creq *r = &cl->reqs[cl->round_base + k];
-        char info[160];
-        if (r->done)
-            snprintf(info, sizeof info, "%s: %d tokens, ttft %.0f ms, %.0f tok/s", r->finish,
-                     r->tokens, r->ttft_ms_server, r->tps_server);
-        else
-            snprintf(info, sizeof info, "%s %d tokens", r->tokens ? "streaming" : "waiting",
-                     r->tokens);
-        sb_printf(&out, "%-*s%s", colw, info, k ? "\n" : " | ");
-    }
-    for (int k = 0; k < 2; k++)
-        for (int i = 0; i < nl[k]; i++)
-            if (ln[k][i])
-                free((void *)st[k][i]);
-    if (sb_ok(&out))
-        fwrite(sb_text(&out), 1, out.len, stdout);
-    fflush(stdout);
-    sb_free(&out);
-}
-
 /* ---- scheduling (lws timers) ---------------------------------------------------------------- */
 
 static void schedule(client *cl, uint64_t at_us);
+
+static void send_request(client *cl, creq *r, const char *prompt, uint64_t seed)
+{
+    if (cl->api == CLIENT_API_WS)
+        client_ws_send(cl, r, prompt, seed);
+    else
+        client_http_send(cl, r, prompt, seed);
+}
 
 static int32_t total_requests(const client *cl)
 {
@@ -307,8 +114,8 @@ static void on_timer(lws_sorted_usec_list_t *sul)
         snprintf(r->id, sizeof r->id, "demo%d", cl->n_sent);
         sb_init(&r->text, 0);
         r->conn = 0;
-        send_generate(cl, r, k ? cl->prompt2 : cl->prompt1,
-                      cl->seed + (uint64_t)cl->round * 2 + (uint64_t)k);
+        send_request(cl, r, k ? cl->prompt2 : cl->prompt1,
+                     cl->seed + (uint64_t)cl->round * 2 + (uint64_t)k);
         cl->n_sent++;
         if (k == 0)
             schedule(cl, now + 50000);
@@ -320,7 +127,7 @@ static void on_timer(lws_sorted_usec_list_t *sul)
         creq *r = &cl->reqs[cl->n_sent];
         snprintf(r->id, sizeof r->id, "b%s%d", cl->policy, cl->n_sent);
         r->conn = cl->n_sent % cl->n_conns;
-        send_generate(cl, r, cl->prompt, cl->seed + (uint64_t)cl->n_sent);
+        send_request(cl, r, cl->prompt, cl->seed + (uint64_t)cl->n_sent);
         cl->n_sent++;
         if (cl->rate > 0)
             cl->next_send_us +=
@@ -371,7 +178,7 @@ static void request_finished(client *cl)
     if (!cl->bench) {
         if (cl->n_done - cl->round_base < 2)
             return;
-        demo_draw(cl, 1);
+        client_demo_draw(cl, 1);
         for (int k = 0; k < 2; k++)
             sb_free(&cl->reqs[cl->round_base + k].text);
         cl->round++;
@@ -393,9 +200,27 @@ static void request_finished(client *cl)
         start_round(cl);
 }
 
-/* ---- frames from the server --------------------------------------------------------------- */
+/* ---- what the transports report ------------------------------------------------------------ */
 
-static creq *find_req(client *cl, const char *id)
+void client_fail(client *cl, const char *fmt, ...)
+{
+    if (!cl->error[0]) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(cl->error, sizeof cl->error, fmt, ap);
+        va_end(ap);
+    }
+    cl->failed = 1;
+    cl->phase = 2;
+}
+
+void client_start(client *cl)
+{
+    cl->phase = 1;
+    start_round(cl);
+}
+
+creq *client_find_req(client *cl, const char *id)
 {
     /* ids are "<prefix><index>": the index is the request's slot */
     const char *p = id + strlen(id);
@@ -407,149 +232,59 @@ static creq *find_req(client *cl, const char *id)
     return NULL;
 }
 
-static void on_frame(client *cl, int ci, const char *text, size_t len)
+void client_on_token(client *cl, creq *r, const char *text, uint64_t now)
 {
-    uint64_t now = ifl_now_us();
-    cJSON *m = cJSON_ParseWithLength(text, len);
-    if (!m)
+    if (r->done)
         return;
-    const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "type"));
-    const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "id"));
-    creq *r = id ? find_req(cl, id) : NULL;
-    if (!type)
-        goto out;
-    if (!strcmp(type, "hello")) {
-        if (!cl->conns[ci].ready) {
-            cl->conns[ci].ready = 1;
-            cl->n_ready++;
-        }
-        if (cl->n_ready == cl->n_conns && cl->phase == 0) {
-            cl->phase = 1;
-            start_round(cl);
-        }
-    } else if (!strcmp(type, "token") && r) {
-        const char *t = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "text"));
-        if (r->tokens == 0) {
-            r->t_first = now;
-        } else if (cl->bench) {
-            if (cl->n_itl == cl->cap_itl) {
-                size_t cap = cl->cap_itl ? 2 * cl->cap_itl : 4096;
-                double *p = realloc(cl->itl, cap * sizeof *p);
-                if (p) {
-                    cl->itl = p;
-                    cl->cap_itl = cap;
-                }
+    if (r->tokens == 0) {
+        r->t_first = now;
+    } else if (cl->bench) {
+        if (cl->n_itl == cl->cap_itl) {
+            size_t cap = cl->cap_itl ? 2 * cl->cap_itl : 4096;
+            double *p = realloc(cl->itl, cap * sizeof *p);
+            if (p) {
+                cl->itl = p;
+                cl->cap_itl = cap;
             }
-            if (cl->n_itl < cl->cap_itl)
-                cl->itl[cl->n_itl++] = (double)(now - r->t_last) / 1e3;
         }
-        r->t_last = now;
-        r->tokens++;
-        if (!cl->bench && t) {
-            sb_puts(&r->text, t);
-            demo_draw(cl, 0);
-        }
-    } else if (!strcmp(type, "done") && r && !r->done) {
-        r->done = 1;
-        r->t_done = now;
-        const char *f = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "finish_reason"));
-        snprintf(r->finish, sizeof r->finish, "%s", f ? f : "?");
-        const cJSON *timing = cJSON_GetObjectItemCaseSensitive(m, "timing");
-        const cJSON *tt = cJSON_GetObjectItemCaseSensitive(timing, "ttft_ms");
-        const cJSON *tp = cJSON_GetObjectItemCaseSensitive(timing, "tokens_per_s");
-        r->ttft_ms_server = cJSON_IsNumber(tt) ? tt->valuedouble : 0;
-        r->tps_server = cJSON_IsNumber(tp) ? tp->valuedouble : 0;
-        request_finished(cl);
-    } else if (!strcmp(type, "error")) {
-        const char *msg = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "message"));
-        const char *code = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "code"));
-        fprintf(stderr, "\ninflight client: request %s refused: %s: %s\n", id ? id : "-",
-                code ? code : "?", msg ? msg : "?");
-        if (r && !r->done) {
-            r->done = 1;
-            r->failed = 1;
-            r->t_done = now;
-            request_finished(cl);
-        }
+        if (cl->n_itl < cl->cap_itl)
+            cl->itl[cl->n_itl++] = (double)(now - r->t_last) / 1e3;
     }
-out:
-    cJSON_Delete(m);
+    r->t_last = now;
+    r->tokens++;
+    if (!cl->bench && text) {
+        sb_puts(&r->text, text);
+        client_demo_draw(cl, 0);
+    }
 }
 
-static int client_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
-                           size_t len)
+void client_on_done(client *cl, creq *r, const char *finish, uint64_t now)
 {
-    client *cl = lws_context_user(lws_get_context(wsi));
-    int ci = (int)(intptr_t)lws_get_opaque_user_data(wsi);
-    switch (reason) {
-    case LWS_CALLBACK_CLIENT_CONNECTION_ERROR:
-        snprintf(cl->error, sizeof cl->error, "cannot connect: %s",
-                 in ? (const char *)in : "connection refused");
-        cl->failed = 1;
-        cl->phase = 2;
-        cl->conns[ci].closed = 1;
-        cl->conns[ci].wsi = NULL;
-        break;
-    case LWS_CALLBACK_CLIENT_RECEIVE: {
-        /* reassemble fragments in a per-connection buffer */
-        strbuf *b = &((strbuf *)user)[0];
-        if (lws_is_first_fragment(wsi))
-            sb_reset(b);
-        sb_append(b, in, len);
-        if (lws_is_final_fragment(wsi) && !lws_remaining_packet_payload(wsi) && sb_ok(b))
-            on_frame(cl, ci, sb_text(b), b->len);
-        break;
+    if (r->done)
+        return;
+    r->done = 1;
+    r->t_done = now;
+    snprintf(r->finish, sizeof r->finish, "%s", finish ? finish : "?");
+    if (cl->api != CLIENT_API_WS) { /* the HTTP APIs carry no timing: ours, from the client */
+        r->ttft_ms = r->tokens ? (double)(r->t_first - r->t_send) / 1e3 : 0;
+        r->tps = r->tokens > 1 && r->t_last > r->t_first
+                     ? (r->tokens - 1) / ((double)(r->t_last - r->t_first) / 1e6)
+                     : 0;
     }
-    case LWS_CALLBACK_CLIENT_WRITEABLE: {
-        cconn *c = &cl->conns[ci];
-        if (!c->n_out)
-            break;
-        strbuf *sb = &c->outq[c->head_out];
-        int n = lws_write(wsi, (unsigned char *)sb_text(sb), sb->len, LWS_WRITE_TEXT);
-        int ok = n >= (int)sb->len;
-        sb_free(sb);
-        c->head_out = (c->head_out + 1) % c->cap_out;
-        c->n_out--;
-        if (!ok)
-            return -1;
-        if (c->n_out)
-            lws_callback_on_writable(wsi);
-        break;
-    }
-    case LWS_CALLBACK_CLIENT_CLOSED: {
-        cconn *c = &cl->conns[ci];
-        c->closed = 1;
-        c->wsi = NULL;
-        if (cl->phase != 2) {
-            if (!cl->error[0])
-                snprintf(cl->error, sizeof cl->error, "the server closed the connection");
-            cl->failed = 1;
-            cl->phase = 2;
-        }
-        break;
-    }
-    case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE: {
-        if (len >= 2 && cl->phase != 2) {
-            const unsigned char *p = in;
-            snprintf(cl->error, sizeof cl->error, "the server closed the connection: %d %.*s",
-                     (p[0] << 8) | p[1], (int)(len - 2), (const char *)p + 2);
-        }
-        break;
-    }
-    case LWS_CALLBACK_CLOSED_CLIENT_HTTP:
-    case LWS_CALLBACK_WSI_DESTROY:
-        if (user)
-            sb_free((strbuf *)user);
-        break;
-    default: break;
-    }
-    return 0;
+    request_finished(cl);
 }
 
-static const struct lws_protocols client_protocols[] = {
-    {"inflight-client", client_callback, sizeof(strbuf), 0, 0, NULL, 0},
-    {NULL, NULL, 0, 0, 0, NULL, 0},
-};
+void client_on_refused(client *cl, creq *r, const char *code, const char *message, uint64_t now)
+{
+    if (r->done)
+        return;
+    fprintf(stderr, "\ninflight client: request %s refused: %s: %s\n", r->id, code ? code : "?",
+            message ? message : "?");
+    r->done = 1;
+    r->failed = 1;
+    r->t_done = now;
+    request_finished(cl);
+}
 
 /* ---- results ------------------------------------------------------------------------------ */
 
@@ -584,22 +319,38 @@ static void summarize(client *cl, bench_result *o)
     o->throughput = o->wall_s > 0 ? (double)o->tokens / o->wall_s : 0;
 }
 
+static void free_reqs(client *cl)
+{
+    for (int32_t i = 0; i < cl->n_reqs; i++) {
+        sb_free(&cl->reqs[i].text);
+        sb_free(&cl->reqs[i].body);
+        sb_free(&cl->reqs[i].in);
+    }
+    free(cl->reqs);
+    cl->reqs = NULL;
+    cl->n_reqs = 0;
+}
+
 /* One run: connect, send the schedule, wait for every done, close. */
 static int run_once(client *cl)
 {
+    /* one protocol, the transport's: lws hands a client connection's errors to protocols[0] */
+    struct lws_protocols protocols[2];
+    memset(protocols, 0, sizeof protocols);
+    protocols[0].name = "inflight-client";
+    protocols[0].callback = cl->api == CLIENT_API_WS ? client_ws_callback : client_http_callback;
+    protocols[0].per_session_data_size = cl->api == CLIENT_API_WS ? sizeof(strbuf) : 0;
     struct lws_context_creation_info info;
     memset(&info, 0, sizeof info);
     info.port = CONTEXT_PORT_NO_LISTEN;
-    info.protocols = client_protocols;
+    info.protocols = protocols;
     info.user = cl;
     cl->ctx = lws_create_context(&info);
     if (!cl->ctx) {
         fprintf(stderr, "inflight client: cannot create the libwebsockets context\n");
         return 1;
     }
-    cl->conns = calloc((size_t)cl->n_conns, sizeof *cl->conns);
-    int32_t total = total_requests(cl);
-    if (!cl->conns || ensure_reqs(cl, cl->bench ? total : 2)) {
+    if (ensure_reqs(cl, cl->bench ? total_requests(cl) : 2)) {
         fprintf(stderr, "inflight client: out of memory\n");
         lws_context_destroy(cl->ctx);
         return 1;
@@ -608,25 +359,10 @@ static int run_once(client *cl)
     cl->n_ready = cl->n_sent = cl->n_done = cl->round = cl->round_base = 0;
     cl->n_itl = 0;
     ifl_rng_seed(&cl->arrivals, cl->seed);
-    for (int i = 0; i < cl->n_conns; i++) {
-        struct lws_client_connect_info ci;
-        memset(&ci, 0, sizeof ci);
-        ci.context = cl->ctx;
-        ci.address = cl->address;
-        ci.port = cl->port;
-        ci.path = cl->path;
-        ci.host = cl->address;
-        ci.origin = cl->address;
-        ci.local_protocol_name = "inflight-client";
-        ci.opaque_user_data = (void *)(intptr_t)i;
-        ci.pwsi = &cl->conns[i].wsi;
-        if (!lws_client_connect_via_info(&ci)) {
-            fprintf(stderr, "inflight client: cannot connect to %s:%d\n", cl->address, cl->port);
-            cl->failed = 1;
-            cl->phase = 2;
-            break;
-        }
-    }
+    if (cl->api == CLIENT_API_WS)
+        client_ws_connect(cl); /* client_start once every socket said hello */
+    else
+        client_start(cl); /* a connection per request */
     progress(cl);
     while (cl->phase != 2 && !g_interrupted)
         if (lws_service(cl->ctx, 0) < 0)
@@ -634,14 +370,7 @@ static int run_once(client *cl)
     lws_sul_cancel(&cl->sul);
     lws_context_destroy(cl->ctx);
     cl->ctx = NULL;
-    for (int i = 0; i < cl->n_conns; i++) {
-        cconn *c = &cl->conns[i];
-        for (int k = 0; k < c->n_out; k++)
-            sb_free(&c->outq[(c->head_out + k) % c->cap_out]);
-        free(c->outq);
-    }
-    free(cl->conns);
-    cl->conns = NULL;
+    client_ws_free(cl);
     if (cl->failed) {
         fprintf(stderr, "inflight client: %s\n", cl->error[0] ? cl->error : "failed");
         return 1;
@@ -659,6 +388,8 @@ int cmd_client(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"url", required_argument, 0, 'u'},
+        {"api", required_argument, 0, 'a'},
+        {"api-key", required_argument, 0, 'k'},
         {"model", required_argument, 0, 'm'},
         {"max-tokens", required_argument, 0, 't'},
         {"temperature", required_argument, 0, 'T'},
@@ -677,7 +408,7 @@ int cmd_client(int argc, char **argv)
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
-    const char *cmd = "client", *url = "ws://127.0.0.1:8080/ws", *model = NULL;
+    const char *cmd = "client", *url = NULL, *model = NULL, *api = "ws";
     client cl;
     memset(&cl, 0, sizeof cl);
     cl.concurrency = 10;
@@ -696,6 +427,8 @@ int cmd_client(int argc, char **argv)
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         switch (c) {
         case 'u': url = optarg; break;
+        case 'a': api = optarg; break;
+        case 'k': cl.api_key = optarg; break;
         case 'm': model = optarg; break;
         case 't':
             if (cli_i32(cmd, "--max-tokens", optarg, 1, 1 << 20, &max_tokens))
@@ -763,16 +496,44 @@ int cmd_client(int argc, char **argv)
         return cli_usage_error(cmd, cl.bench ? "--model must be iterative, static or both"
                                              : "--model must be iterative or static");
     }
-    /* ws://host:port/path */
+    if (!strcmp(api, "ws"))
+        cl.api = CLIENT_API_WS;
+    else if (!strcmp(api, "openai"))
+        cl.api = CLIENT_API_OPENAI;
+    else if (!strcmp(api, "triton"))
+        cl.api = CLIENT_API_TRITON;
+    else
+        return cli_usage_error(cmd, "--api must be ws, openai or triton");
+    if (cl.api_key && (!*cl.api_key || strlen(cl.api_key) > 512 || strpbrk(cl.api_key, " \t\r\n")))
+        return cli_usage_error(cmd, "--api-key must be 1 to 512 characters without whitespace");
+    int http = cl.api != CLIENT_API_WS;
+    if (http && conns > 0)
+        return cli_usage_error(cmd, "--connections is for --api ws (over HTTP each request has "
+                                    "its own connection)");
+    if (!url)
+        url = http ? "http://127.0.0.1:8080" : "ws://127.0.0.1:8080/ws";
+    /* scheme://host:port/path; lws_parse_uri drops the path's leading '/' */
     cl.url_buf = strdup(url);
     const char *prot = NULL, *path = NULL;
     if (!cl.url_buf || lws_parse_uri(cl.url_buf, &prot, &cl.address, &cl.port, &path) ||
-        strcmp(prot, "ws")) {
+        strcmp(prot, http ? "http" : "ws")) {
         free(cl.url_buf);
-        return cli_usage_error(cmd, "--url must look like ws://HOST:PORT/ws");
+        return cli_usage_error(cmd, http ? "--url must look like http://HOST:PORT for --api "
+                                           "openai and triton"
+                                         : "--url must look like ws://HOST:PORT/ws");
     }
     char pathbuf[512];
-    snprintf(pathbuf, sizeof pathbuf, "/%s", path);
+    size_t pl = strlen(path);
+    while (http && pl && path[pl - 1] == '/')
+        pl--; /* a prefix: /v1/... and /v2/... follow it */
+    if (pl >= sizeof pathbuf - 1) {
+        free(cl.url_buf);
+        return cli_usage_error(cmd, "--url: the path is too long");
+    }
+    if (http)
+        snprintf(pathbuf, sizeof pathbuf, "%s%.*s", pl ? "/" : "", (int)pl, path);
+    else
+        snprintf(pathbuf, sizeof pathbuf, "/%s", path);
     cl.path = pathbuf;
     if (cl.bench)
         cl.n_conns = conns > 0     ? conns
@@ -789,11 +550,17 @@ int cmd_client(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
 
-    int rc = 0;
+    int rc = 0, any_failed = 0;
     bench_result res[2];
     if (cl.bench) {
-        printf("inflight client --bench: %s; prompt \"%s\", max_tokens %d%s, %d connection(s)\n",
-               url, cl.prompt, cl.max_tokens, cl.ignore_eos ? " (ignore_eos)" : "", cl.n_conns);
+        if (http)
+            printf("inflight client --bench: %s (%s API, a connection per request); prompt "
+                   "\"%s\", max_tokens %d%s\n",
+                   url, api, cl.prompt, cl.max_tokens, cl.ignore_eos ? " (ignore_eos)" : "");
+        else
+            printf("inflight client --bench: %s; prompt \"%s\", max_tokens %d%s, %d "
+                   "connection(s)\n",
+                   url, cl.prompt, cl.max_tokens, cl.ignore_eos ? " (ignore_eos)" : "", cl.n_conns);
         if (cl.rate > 0)
             printf("  open loop: %d requests, Poisson arrivals at %.2f/s\n", cl.n_open, cl.rate);
         else
@@ -809,17 +576,18 @@ int cmd_client(int argc, char **argv)
             summarize(&cl, &res[k]);
             res[k].requests = total_requests(&cl);
             bench_result_print(cl.policy, &res[k]);
+            any_failed |= res[k].failed > 0;
         }
-        for (int32_t i = 0; i < cl.n_reqs; i++)
-            sb_free(&cl.reqs[i].text);
-        free(cl.reqs);
-        cl.reqs = NULL;
-        cl.n_reqs = 0;
+        free_reqs(&cl);
     }
     if (cl.bench && rc == 0 && n_pol == 2)
         bench_compare_print(&res[0], &res[1]);
     free(cl.itl);
     free(cl.url_buf);
     g_cl = NULL;
+    if (rc == 0 && any_failed) {
+        fprintf(stderr, "inflight client: some requests failed (above)\n");
+        rc = 1;
+    }
     return rc == 130 ? 0 : rc;
 }
