@@ -12,9 +12,11 @@
  * one step). After the answer the connection stays
  * open for the next request (keep-alive).
  *
- * The body: Content-Length required (411 without one; lws 4.1 does not decode chunked request
- * bodies), at most --max-message bytes (413), Content-Type application/json (Triton: also none or
- * curl -d's application/x-www-form-urlencoded, as Triton's own curl examples send; else 415).
+ * The body: with a Content-Length, or Transfer-Encoding: chunked (decoded here, http_chunked.c:
+ * lws 4.1 hands such a body over raw; the connection closes after its answer, since lws still
+ * counts it as a body of unknown end), neither is 411, both 400; at most --max-message bytes
+ * (413), Content-Type application/json (Triton: also none or curl -d's
+ * application/x-www-form-urlencoded, as Triton's own curl examples send; else 415).
  * Service thread. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -25,6 +27,7 @@
 
 #include "db.h"
 #include "http_api.h"
+#include "http_chunked.h"
 #include "service.h"
 #include "util.h"
 
@@ -36,6 +39,9 @@ struct http_gen {
     /* the body */
     char *body;
     size_t body_len, body_cap;
+    int chunked;    /* Transfer-Encoding: chunked, decoded by dec */
+    int body_whole; /* chunked: the last chunk came; later bytes are not this request's */
+    http_chunked dec;
     /* the answer */
     uint64_t t_arrival; /* monotonic us: the request's headers arrived */
     int submitted;      /* the request layer has it: sink calls will come */
@@ -68,8 +74,9 @@ static int gen_error_answer(srv_conn *c, struct lws *wsi, const http_req_info *r
         triton_write_error(&sb, ri, code, msg, 0);
     else
         openai_write_error(&sb, status, code, param, msg, 0);
-    gen_free(c); /* ri may be c->gen's: written above */
-    c->http_close_after = close;
+    gen_free(c);                  /* ri may be c->gen's: written above */
+    c->http_close_after |= close; /* a chunked request's connection closes anyway */
+    close = c->http_close_after;
     return http_respond_json(c, wsi, status, &sb, 0,
                              close           ? "connection:"
                              : status == 429 ? "retry-after:"
@@ -79,7 +86,7 @@ static int gen_error_answer(srv_conn *c, struct lws *wsi, const http_req_info *r
 
 /* ---- the stream ------------------------------------------------------------------------------ */
 
-static int sse_headers(struct lws *wsi)
+static int sse_headers(struct lws *wsi, int close)
 {
     uint8_t hbuf[LWS_PRE + 1024], *start = hbuf + LWS_PRE, *p = start, *end = hbuf + sizeof hbuf;
     static const char *const hdrs[][2] = {
@@ -95,6 +102,9 @@ static int sse_headers(struct lws *wsi)
                                         (const unsigned char *)hdrs[i][1], (int)strlen(hdrs[i][1]),
                                         &p, end))
             return -1;
+    if (close && lws_add_http_header_by_name(wsi, (const unsigned char *)"connection:",
+                                             (const unsigned char *)"close", 5, &p, end))
+        return -1;
     if (lws_finalize_write_http_header(wsi, start, &p, end))
         return -1;
     return 0;
@@ -116,7 +126,7 @@ int http_gen_writeable(srv_conn *c, struct lws *wsi)
 {
     http_gen *g = c->gen;
     if (!g->headers_sent) {
-        if (sse_headers(wsi))
+        if (sse_headers(wsi, c->http_close_after))
             return -1;
         g->headers_sent = 1;
         lws_callback_on_writable(wsi);
@@ -151,6 +161,8 @@ int http_gen_writeable(srv_conn *c, struct lws *wsi)
     if (lws_write(wsi, fin + LWS_PRE, 5, LWS_WRITE_HTTP_FINAL) < 5)
         return -1;
     gen_free(c);
+    if (c->http_close_after)
+        return -1;
     return lws_http_transaction_completed(wsi) ? -1 : 0;
 }
 
@@ -221,7 +233,8 @@ static void sink_done(void *fe, const srv_req *r, const req_result *res)
         return;
     }
     gen_free(c);
-    if (http_respond_json(c, wsi, HTTP_STATUS_OK, &sb, 0, NULL, NULL))
+    if (http_respond_json(c, wsi, HTTP_STATUS_OK, &sb, 0,
+                          c->http_close_after ? "connection:" : NULL, "close"))
         lws_set_timeout(wsi, PENDING_TIMEOUT_CLOSE_SEND, LWS_TO_KILL_ASYNC);
 }
 
@@ -306,6 +319,62 @@ int http_gen_is_path(const char *path)
     return route(path, &ri, msg, sizeof msg) != -1;
 }
 
+/* How the body is framed: 0 a Content-Length (copied to cl), 1 chunked; -2 neither (411), -1 a
+ * framing we refuse (400: both at once, as request smuggling uses, or another coding), msg says
+ * which. */
+static int body_framing(struct lws *wsi, char *cl, size_t cl_size, char *msg, size_t msg_size)
+{
+    char te[64];
+    int has_cl = lws_hdr_copy(wsi, cl, (int)cl_size, WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0;
+    int te_len = lws_hdr_copy(wsi, te, sizeof te, WSI_TOKEN_HTTP_TRANSFER_ENCODING);
+    if (te_len <= 0 && lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING) > 0) {
+        snprintf(msg, msg_size, "the Transfer-Encoding header is too long");
+        return -1;
+    }
+    if (te_len <= 0) {
+        if (has_cl)
+            return 0;
+        snprintf(msg, msg_size, "the body needs a Content-Length or Transfer-Encoding: chunked");
+        return -2;
+    }
+    if (strcasecmp(te, "chunked")) {
+        snprintf(msg, msg_size, "Transfer-Encoding is '%.40s': only 'chunked' is accepted", te);
+        return -1;
+    }
+    if (has_cl) {
+        snprintf(msg, msg_size, "a request has both Content-Length and Transfer-Encoding");
+        return -1;
+    }
+    return 1;
+}
+
+/* A chunked body's bytes: decoded into g->body; its end is the request's body completion. */
+static int chunked_body(server *s, srv_conn *c, struct lws *wsi, const void *in, size_t len)
+{
+    http_gen *g = c->gen;
+    const char *err;
+    char msg[200];
+    size_t used;
+    int rc = http_chunked_feed(&g->dec, in, len, g->body, &g->body_len, g->body_cap, &used, &err);
+    if (rc == HTTP_CHUNKED_MORE)
+        return 0;
+    if (rc == HTTP_CHUNKED_BAD) {
+        snprintf(msg, sizeof msg, "the chunked body is malformed: %s", err);
+        return gen_error_answer(c, wsi, &g->ri, HTTP_STATUS_BAD_REQUEST, IFL_CODE_INVALID_REQUEST,
+                                NULL, msg, 1);
+    }
+    if (rc == HTTP_CHUNKED_BIG) {
+        snprintf(msg, sizeof msg, "the chunked body passes %zu bytes (--max-message)", g->body_cap);
+        return gen_error_answer(c, wsi, &g->ri, HTTP_STATUS_REQ_ENTITY_TOO_LARGE,
+                                IFL_CODE_INVALID_REQUEST, NULL, msg, 1);
+    }
+    g->body_whole = 1;
+    /* lws still waits for the rest of a body it thinks has no end: its timeout must not cut the
+     * answer off */
+    lws_set_timeout(wsi, NO_PENDING_TIMEOUT, 0);
+    return http_gen_body_done(s, c, wsi);
+}
+
 int http_gen_begin(server *s, srv_conn *c, struct lws *wsi, const char *path)
 {
     http_req_info ri;
@@ -329,15 +398,15 @@ int http_gen_begin(server *s, srv_conn *c, struct lws *wsi, const char *path)
         return gen_error_answer(c, wsi, &ri, HTTP_STATUS_UNSUPPORTED_MEDIA_TYPE,
                                 IFL_CODE_INVALID_REQUEST, NULL, msg, 1);
     }
-    if (lws_hdr_copy(wsi, cl, sizeof cl, WSI_TOKEN_HTTP_CONTENT_LENGTH) <= 0)
-        return gen_error_answer(c, wsi, &ri, HTTP_STATUS_LENGTH_REQUIRED, IFL_CODE_INVALID_REQUEST,
-                                NULL,
-                                "a Content-Length is required (chunked request bodies are not "
-                                "accepted)",
-                                1);
+    int chunked = body_framing(wsi, cl, sizeof cl, msg, sizeof msg);
+    if (chunked < 0)
+        return gen_error_answer(
+            c, wsi, &ri, chunked == -2 ? HTTP_STATUS_LENGTH_REQUIRED : HTTP_STATUS_BAD_REQUEST,
+            IFL_CODE_INVALID_REQUEST, NULL, msg, 1);
     char *end;
-    unsigned long long len = strtoull(cl, &end, 10);
-    if (*end || len > (unsigned long long)s->o->max_message) {
+    unsigned long long len =
+        chunked ? (unsigned long long)s->o->max_message : strtoull(cl, &end, 10);
+    if (!chunked && (*end || len > (unsigned long long)s->o->max_message)) {
         snprintf(msg, sizeof msg, "the body is %s bytes: at most %d (--max-message)", cl,
                  (int)s->o->max_message);
         return gen_error_answer(c, wsi, &ri, HTTP_STATUS_REQ_ENTITY_TOO_LARGE,
@@ -351,6 +420,11 @@ int http_gen_begin(server *s, srv_conn *c, struct lws *wsi, const char *path)
     g->ri = ri;
     g->t_arrival = ifl_now_us();
     g->body_cap = (size_t)len;
+    g->chunked = chunked;
+    if (chunked) {
+        http_chunked_init(&g->dec);
+        c->http_close_after = 1;
+    }
     g->body = malloc(g->body_cap + 1);
     sb_init(&g->text, 0);
     sb_init(&g->out, 0);
@@ -358,7 +432,7 @@ int http_gen_begin(server *s, srv_conn *c, struct lws *wsi, const char *path)
     if (!g->body)
         return gen_error_answer(c, wsi, &g->ri, HTTP_STATUS_INTERNAL_SERVER_ERROR,
                                 IFL_CODE_OUT_OF_MEMORY, NULL, "no memory for the body", 1);
-    if (!len) /* lws sends no BODY_COMPLETION for an empty body */
+    if (!len && !chunked) /* lws sends no BODY_COMPLETION for an empty body */
         return http_gen_body_done(s, c, wsi);
     return 0;
 }
@@ -367,8 +441,10 @@ int http_gen_body(server *s, srv_conn *c, struct lws *wsi, const void *in, size_
 {
     (void)s;
     http_gen *g = c->gen;
-    if (!g)
+    if (!g || g->body_whole)
         return 0;
+    if (g->chunked)
+        return chunked_body(s, c, wsi, in, len);
     if (g->body_len + len > g->body_cap)
         return gen_error_answer(c, wsi, &g->ri, HTTP_STATUS_BAD_REQUEST, IFL_CODE_INVALID_REQUEST,
                                 NULL, "the body is longer than its Content-Length", 1);

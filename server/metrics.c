@@ -46,6 +46,10 @@ void metrics_init(metrics *m)
         metrics_hist_init(&m->batch[p], LE_BATCH, N_OF(LE_BATCH));
         metrics_hist_init(&m->step_s[p], LE_STEP, N_OF(LE_STEP));
     }
+    for (int a = 0; a < 3; a++) {
+        metrics_hist_init(&m->api_ttft[a], LE_LATENCY, N_OF(LE_LATENCY));
+        metrics_hist_init(&m->api_e2e[a], LE_E2E, N_OF(LE_E2E));
+    }
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     m->start_time_s = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
@@ -62,18 +66,20 @@ static void family(strbuf *sb, const char *name, const char *type, const char *h
     sb_printf(sb, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static void hist_lines(strbuf *sb, const char *name, const char *policy, const metrics_hist *h)
+/* One histogram's series, labelled key="value" (policy or api). */
+static void hist_lines(strbuf *sb, const char *name, const char *key, const char *value,
+                       const metrics_hist *h)
 {
     uint64_t cum = 0;
     for (int i = 0; i < h->n; i++) {
         cum += h->count[i];
-        sb_printf(sb, "%s_bucket{policy=\"%s\",le=\"%g\"} %llu\n", name, policy, h->le[i],
+        sb_printf(sb, "%s_bucket{%s=\"%s\",le=\"%g\"} %llu\n", name, key, value, h->le[i],
                   (unsigned long long)cum);
     }
-    sb_printf(sb, "%s_bucket{policy=\"%s\",le=\"+Inf\"} %llu\n", name, policy,
+    sb_printf(sb, "%s_bucket{%s=\"%s\",le=\"+Inf\"} %llu\n", name, key, value,
               (unsigned long long)h->total);
-    sb_printf(sb, "%s_sum{policy=\"%s\"} %.9g\n", name, policy, h->sum);
-    sb_printf(sb, "%s_count{policy=\"%s\"} %llu\n", name, policy, (unsigned long long)h->total);
+    sb_printf(sb, "%s_sum{%s=\"%s\"} %.9g\n", name, key, value, h->sum);
+    sb_printf(sb, "%s_count{%s=\"%s\"} %llu\n", name, key, value, (unsigned long long)h->total);
 }
 
 static void hist_family(strbuf *sb, const char *name, const char *help,
@@ -81,7 +87,17 @@ static void hist_family(strbuf *sb, const char *name, const char *help,
 {
     family(sb, name, "histogram", help);
     for (int p = 0; p < METRICS_N_POLICIES; p++)
-        hist_lines(sb, name, ifl_policy_name((ifl_policy)p), &hs[p]);
+        hist_lines(sb, name, "policy", ifl_policy_name((ifl_policy)p), &hs[p]);
+}
+
+static const char *const API_NAMES[3] = {"ws", "openai", "triton"}; /* req_api's order */
+
+static void api_hist_family(strbuf *sb, const char *name, const char *help,
+                            const metrics_hist hs[3])
+{
+    family(sb, name, "histogram", help);
+    for (int a = 0; a < 3; a++)
+        hist_lines(sb, name, "api", API_NAMES[a], &hs[a]);
 }
 
 static void per_policy_counter(strbuf *sb, const char *name, const char *help,
@@ -112,12 +128,19 @@ static void render_requests(const metrics *m, strbuf *sb)
     family(sb, "inflight_api_requests_total", "counter",
            "Requests finished, by the API they came through (ws, openai, triton) and finish "
            "reason.");
-    static const char *const apis[3] = {"ws", "openai", "triton"};
     for (int a = 0; a < 3; a++)
         for (int f = 0; f < METRICS_N_FINISH; f++)
             sb_printf(sb, "inflight_api_requests_total{api=\"%s\",finish_reason=\"%s\"} %llu\n",
-                      apis[a], ifl_finish_name((ifl_finish)f),
+                      API_NAMES[a], ifl_finish_name((ifl_finish)f),
                       (unsigned long long)m->api_requests[a][f]);
+    family(sb, "inflight_api_generated_tokens_total", "counter", "Tokens generated, by API.");
+    for (int a = 0; a < 3; a++)
+        sb_printf(sb, "inflight_api_generated_tokens_total{api=\"%s\"} %llu\n", API_NAMES[a],
+                  (unsigned long long)m->api_tokens[a]);
+    api_hist_family(sb, "inflight_api_time_to_first_token_seconds",
+                    "Time from a request's arrival to its first token, by API.", m->api_ttft);
+    api_hist_family(sb, "inflight_api_request_duration_seconds",
+                    "End-to-end time from a request's arrival to its end, by API.", m->api_e2e);
     family(sb, "inflight_errors_total", "counter",
            "Errors answered to clients, by code: refused requests, bad messages, and requests "
            "that failed while running (engine_error, out_of_memory).");

@@ -33,6 +33,9 @@ typedef struct {
     /* per policy */
     uint64_t requests[METRICS_N_POLICIES][METRICS_N_FINISH]; /* finished, by finish reason */
     uint64_t api_requests[3][METRICS_N_FINISH]; /* the same by API (req_api: ws, openai, triton) */
+    uint64_t api_tokens[3];                     /* generated, by API */
+    metrics_hist api_ttft[3];                   /* by API: seconds, arrival to first token */
+    metrics_hist api_e2e[3];                    /* by API: seconds, arrival to done */
     uint64_t tokens[METRICS_N_POLICIES];                     /* generated */
     uint64_t prompt_tokens[METRICS_N_POLICIES];
     uint64_t steps[METRICS_N_POLICIES];

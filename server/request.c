@@ -333,6 +333,7 @@ static void on_token(req_layer *L, srv_req *r, const bridge_item *it)
     if (r->n_tokens == 0) {
         r->t_first = it->stamp;
         metrics_hist_observe(&L->m->ttft[pol], ms_between(r->t_arrival, it->stamp) / 1e3);
+        metrics_hist_observe(&L->m->api_ttft[r->api], ms_between(r->t_arrival, it->stamp) / 1e3);
     } else {
         metrics_hist_observe(&L->m->itl[pol], ms_between(r->t_last, it->stamp) / 1e3);
     }
@@ -340,6 +341,7 @@ static void on_token(req_layer *L, srv_req *r, const bridge_item *it)
     record_token(L, r, it);
     r->n_tokens++;
     L->m->tokens[pol]++;
+    L->m->api_tokens[r->api]++;
     if (r->owner)
         r->owner->sink->token(r->owner->fe, r, ev->index, ev->token, ev->text, ev->text_len);
 }
@@ -375,6 +377,7 @@ static void on_done(req_layer *L, srv_req *r, const bridge_item *it)
     L->m->requests[pol][(int)res.finish < METRICS_N_FINISH ? (int)res.finish : 0]++;
     L->m->api_requests[r->api][(int)res.finish < METRICS_N_FINISH ? (int)res.finish : 0]++;
     metrics_hist_observe(&L->m->e2e[pol], res.total_ms / 1e3);
+    metrics_hist_observe(&L->m->api_e2e[r->api], res.total_ms / 1e3);
     if (res.finish == IFL_FINISH_ERROR)
         metrics_count_error(L->m, res.code);
     reqlog_finished(L->log, r, &it->ev, &res, !r->owner);

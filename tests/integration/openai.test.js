@@ -16,7 +16,9 @@
 //  - the request log (--db) has a row per finished request with the API it came through (ws,
 //    openai, and one triton request), as many per API and finish reason as /metrics'
 //    inflight_api_requests_total counted (and the one refused by the request layer, a token id
-//    out of range, with its code); a session is a connection (keep-alive requests share it)
+//    out of range, with its code), and per API the log's tokens, first tokens and ended requests
+//    equal inflight_api_generated_tokens_total and the _count of the API's time-to-first-token and
+//    duration histograms; a session is a connection (keep-alive requests share it)
 //    and ends when the connection closes.
 const http = require('http');
 const path = require('path');
@@ -193,6 +195,15 @@ function checkLog(db, metrics) {
   L.eq(JSON.stringify(rows), JSON.stringify(want), 'requests by api and finish_reason: the log vs /metrics');
   for (const api of ['ws', 'openai', 'triton'])
     L.check(rows.some((r) => r.api === api), `no ${api} row in the log`);
+  // tokens, first tokens and ends by API: the log's sums against the labelled series
+  const byApi = D.q(db, 'SELECT api, sum(completion_tokens) AS tokens, count(ttft_ms) AS first, ' +
+    'count(finish_reason) AS ended FROM requests GROUP BY api ORDER BY api');
+  for (const r of byApi) {
+    L.eq(metrics.maybe('inflight_api_generated_tokens_total', { api: r.api }), r.tokens, `${r.api}: generated tokens, /metrics vs the log`);
+    L.eq(metrics.maybe('inflight_api_time_to_first_token_seconds_count', { api: r.api }), r.first, `${r.api}: first tokens, /metrics vs the log`);
+    L.eq(metrics.maybe('inflight_api_request_duration_seconds_count', { api: r.api }), r.ended, `${r.api}: ended requests, /metrics vs the log`);
+  }
+  L.log(`by API (log = /metrics): ${byApi.map((r) => `${r.api} ${r.tokens} tokens, ${r.first} first tokens, ${r.ended} ended`).join('; ')}`);
   // a session is the connection: the client's keep-alive requests share one; Triton's (its own
   // connection) has its own; every HTTP session is closed as its connection closed
   const oai = D.q(db, "SELECT count(*) AS n, count(DISTINCT session_id) AS s FROM requests WHERE api = 'openai'")[0];

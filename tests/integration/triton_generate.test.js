@@ -14,8 +14,12 @@
 //  - several requests on one keep-alive connection (the same client socket) all answer;
 //  - bad requests get the right status and {"error"} naming what was wrong (bad JSON, not an
 //    object, wrong types, out of range, unknown and doubled fields, empty prompt, not UTF-8, a body
-//    over --max-message 413, no Content-Length 411, wrong Content-Type 415, GET 405 with
-//    Allow: POST, unknown model 404), and the server keeps serving;
+//    over --max-message 413, neither Content-Length nor chunked 411, a malformed or oversized
+//    chunked body, both framings at once or another coding 400/413, wrong Content-Type 415, GET
+//    405 with Allow: POST, unknown model 404), and the server keeps serving;
+//  - a chunked request body (Transfer-Encoding: chunked, split into several chunks, from a raw
+//    socket and from node's http client) gives the same answer as with a Content-Length, JSON and
+//    streamed, with Connection: close;
 //  - the request line and headers may take 8 KiB (more: the connection is closed unanswered),
 //    and a body sent slowly holds no other request up;
 //  - a client that leaves in the middle of a stream has its request cancelled: /metrics counts it
@@ -106,8 +110,8 @@ async function checkSameText(srv, c) {
 }
 
 // The same requests through curl (Triton's tutorial's client): `curl -d` (no -H: curl sends
-// application/x-www-form-urlencoded, which is taken as JSON) and `curl -N` for the stream, on
-// both model names; the answers equal the ones above.
+// application/x-www-form-urlencoded, which is taken as JSON), the same with a chunked body, and
+// `curl -N` for the stream, on both model names; the answers equal the ones above.
 function curl(args) {
   const r = spawnSync('curl', ['-sS', '--max-time', '120', ...args], { encoding: 'utf8', timeout: 130000 });
   L.check(r.status === 0, () => `curl ${args.join(' ')}: status ${r.status}: ${r.stderr}`);
@@ -133,7 +137,12 @@ async function checkCurl(srv) {
     L.eq(evs.length, 9, `curl ${model}/generate_stream: events`);
     L.eq(evs.slice(0, -1).map((e) => e.text_output).join(''), refJ.text_output, `curl ${model}/generate_stream: the text`);
     L.eq(evs[8].finish_reason, 'length', `curl ${model}/generate_stream: finish`);
-    out.push(`${model}: generate and generate_stream (9 events) = the node client's answer`);
+    // curl sends the body chunked when told to (as it does for a body read from a pipe)
+    const chunkedOut = spawnSync('curl', ['-sS', '--max-time', '120', '-H', 'Transfer-Encoding: chunked',
+      '--data-binary', '@-', `${srv.base}/v2/models/${model}/generate`], { input: JSON.stringify(body), encoding: 'utf8', timeout: 130000 });
+    L.check(chunkedOut.status === 0, () => `curl chunked: status ${chunkedOut.status}: ${chunkedOut.stderr}`);
+    L.eq(JSON.stringify(JSON.parse(chunkedOut.stdout)), JSON.stringify(refJ), `curl ${model}/generate with a chunked body`);
+    out.push(`${model}: generate (also with a chunked body) and generate_stream (9 events) = the node client's answer`);
   }
   const bad = curl(['-w', '\n%{http_code}', '-d', '{"text_input": "x", "max_tokens": 0}', `${srv.base}/v2/models/simple-gpt2/generate`]).split('\n');
   L.eq(bad[1], '400', 'curl: a bad max_tokens');
@@ -162,6 +171,95 @@ async function checkKeepAlive(srv) {
   agent.destroy();
   L.check(ports.every((p) => p === ports[0]), `keep-alive: the requests went over ${new Set(ports).size} connections: ${ports}`);
   L.log(`keep-alive: 6 requests (4 answers, a 400, an answer) on one connection (client port ${ports[0]})`);
+}
+
+// A raw request with a chunked body: the JSON split into chunks of `size` bytes (hex sizes).
+function chunkedRequest(url, json, size, extraHeaders = '') {
+  const b = Buffer.from(json);
+  let body = '';
+  for (let i = 0; i < b.length; i += size) {
+    const part = b.subarray(i, i + size);
+    body += `${part.length.toString(16)}\r\n${part.toString('latin1')}\r\n`;
+  }
+  return `POST ${url} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n${extraHeaders}` +
+    `Transfer-Encoding: chunked\r\n\r\n${body}0\r\n\r\n`;
+}
+
+// The body of a raw answer: after the headers, de-chunked when it is chunked.
+function rawBody(r) {
+  const he = r.text.indexOf('\r\n\r\n');
+  let rest = r.text.slice(he + 4);
+  if (!/\r\ntransfer-encoding:\s*chunked/i.test(r.text.slice(0, he))) return rest;
+  let out = '';
+  for (;;) {
+    const nl = rest.indexOf('\r\n');
+    const n = parseInt(rest.slice(0, nl), 16);
+    if (!(n > 0)) return out;
+    out += rest.slice(nl + 2, nl + 2 + n);
+    rest = rest.slice(nl + 2 + n + 2);
+  }
+}
+
+// Chunked request bodies: the same answers as with a Content-Length, JSON and streamed, from a raw
+// socket (chunks of 1, 7 and 64 bytes, an extension and a trailer) and from node's http client
+// (no Content-Length: it sends chunked); the connection closes after the answer.
+async function checkChunked(srv) {
+  const url = '/v2/models/iterative-gpt2/generate';
+  const body = JSON.stringify({ text_input: 'Chunks of a body', max_tokens: 6, seed: 11, temperature: 0.9 });
+  const ref = await post(srv.port, url, body);
+  L.eq(ref.status, 200, 'the Content-Length reference');
+  const want = parseJson(ref, 'reference').text_output;
+  for (const size of [1, 7, 64]) {
+    const r = await L.rawHttp(srv.port, chunkedRequest(url, body, size), 30000);
+    L.eq(r.status, 200, `chunked body in ${size}-byte chunks (${r.text.slice(0, 300)})`);
+    L.check(/\r\nconnection: close\r\n/i.test(r.text), `chunked ${size}: Connection: close`);
+    const j = JSON.parse(rawBody(r));
+    L.eq(j.text_output, want, `chunked ${size}: the text equals the Content-Length answer's`);
+  }
+  const ext = chunkedRequest(url, body, 10).replace(/\r\n0\r\n\r\n$/, '\r\n0;end=1\r\nX-Trailer: yes\r\n\r\n')
+    .replace(/^(.*?\r\n\r\n)([0-9a-f]+)\r\n/s, '$1$2;name=value\r\n');
+  const e = await L.rawHttp(srv.port, ext, 30000);
+  L.eq(e.status, 200, `chunked with an extension and a trailer (${e.text.slice(0, 300)})`);
+  L.eq(JSON.parse(rawBody(e)).text_output, want, 'extension and trailer: the same text');
+  // streamed, chunked both ways
+  const sr = await L.rawHttp(srv.port, chunkedRequest('/v2/models/iterative-gpt2/generate_stream', body, 5), 30000);
+  L.eq(sr.status, 200, 'generate_stream with a chunked body');
+  const evs = sseEvents({ headers: { 'content-type': 'text/event-stream', 'transfer-encoding': 'chunked' }, text: rawBody(sr) }, 'chunked stream');
+  L.eq(evs.map((x) => x.text_output).join(''), want, 'chunked stream: the text');
+  // node's http client: write() twice without a Content-Length is a chunked body
+  const node = await new Promise((resolve, reject) => {
+    const req = http.request({ host: '127.0.0.1', port: srv.port, path: url, method: 'POST', agent: false,
+      headers: { 'content-type': 'application/json' } }, (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (d) => { text += d; });
+      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, text }));
+    });
+    req.on('error', reject);
+    req.write(body.slice(0, 9));
+    setTimeout(() => { req.write(body.slice(9)); req.end(); }, 50);
+  });
+  L.eq(node.status, 200, `node http, chunked (${node.text.slice(0, 200)})`);
+  L.eq(node.headers.connection, 'close', 'node http, chunked: Connection: close');
+  L.eq(JSON.parse(node.text).text_output, want, 'node http, chunked: the text');
+  L.log(`chunked bodies: 1/7/64-byte chunks, extension + trailer, streamed, node http: all "${want.slice(0, 30)}..."`);
+}
+
+// Framings refused: none (411), both, another coding, malformed, oversized; each closes.
+async function badFraming(srv, url) {
+  const head = `POST ${url} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n`;
+  const cases = [
+    [`${head}\r\n{"text_input":"Hi"}`, 411, /needs a Content-Length or Transfer-Encoding: chunked/],
+    [`${head}Content-Length: 19\r\nTransfer-Encoding: chunked\r\n\r\n13\r\n{"text_input":"Hi"}\r\n0\r\n\r\n`, 400, /both Content-Length and Transfer-Encoding/],
+    [`${head}Transfer-Encoding: gzip\r\n\r\n`, 400, /Transfer-Encoding is 'gzip': only 'chunked'/],
+    [`${head}Transfer-Encoding: chunked\r\n\r\nzz\r\n`, 400, /chunked body is malformed: a chunk does not start with its size/],
+    [`${head}Transfer-Encoding: chunked\r\n\r\n${(MAX_MESSAGE + 1).toString(16)}\r\n`, 413, /chunked body passes 4096 bytes/],
+  ];
+  for (const [raw, status, re] of cases) {
+    const r = await L.rawHttp(srv.port, raw, 30000);
+    L.eq(r.status, status, `${raw.slice(head.length, head.length + 50).replace(/\r\n/g, ' ')}: status (${r.text.slice(0, 200)})`);
+    L.check(re.test(rawBody(r)), `status ${status}: ${rawBody(r).slice(0, 200)} does not match ${re}`);
+  }
 }
 
 async function checkErrors(srv) {
@@ -200,9 +298,7 @@ async function checkErrors(srv) {
   L.check(/application\/json/.test(parseJson(ct, '415').error), '415 names application/json');
   const form = await post(srv.port, url, '{"text_input":"Hi","max_tokens":2}', { headers: { 'content-type': 'application/x-www-form-urlencoded' } });
   L.eq(form.status, 200, "curl -d's Content-Type (application/x-www-form-urlencoded) is accepted");
-  const chunked = await L.rawHttp(srv.port, `POST ${url} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n4\r\n{"a"\r\n0\r\n\r\n`);
-  L.eq(chunked.status, 411, 'a chunked body (no Content-Length)');
-  L.check(/Content-Length is required/.test(chunked.text), '411 says a Content-Length is required');
+  await badFraming(srv, url);
   const get = await L.httpRequest(srv.port, url);
   L.eq(get.status, 405, `GET ${url}`);
   L.eq(get.headers.allow, 'POST', `GET ${url}: Allow`);
@@ -211,7 +307,7 @@ async function checkErrors(srv) {
   L.check(/unknown model 'gpt2'/.test(parseJson(unknown, '404').error), 'unknown model: the error names it');
   const ok = await post(srv.port, url, { text_input: 'Still here?', max_tokens: 3 });
   L.eq(ok.status, 200, 'a request after the bad ones');
-  L.log(`bad requests: ${cases.length} bodies (${seen.filter((s) => s === 400).length} x 400, ${seen.filter((s) => s === 413).length} x 413), 415, 411, 405, 404; then 200`);
+  L.log(`bad requests: ${cases.length} bodies (${seen.filter((s) => s === 400).length} x 400, ${seen.filter((s) => s === 413).length} x 413), 415, 5 bad framings, 405, 404; then 200`);
 }
 
 // A stream through curl -N whose first event and end can be awaited: {first, done} (done resolves
@@ -393,6 +489,7 @@ L.main('triton_generate', async () => {
   await checkCurl(srv);
   await checkKeepAlive(srv);
   await checkErrors(srv);
+  await checkChunked(srv);
   await checkHygiene(srv);
   await checkClientLeaves(srv);
   c.close();
