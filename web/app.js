@@ -191,7 +191,10 @@
     clearInterval(app.pingTimer);
     app.pingSent.clear();
     el.body.dataset.steps = 'off';
-    const why = CLOSE_REASONS[ev.code];
+    // a server started with --api-key closes a /ws without the key with 1008 and says so
+    const why = ev.code === 1008 && /API key/i.test(ev.reason || '')
+      ? 'this server needs an API key: open this page as ' + location.pathname + '?api_key=KEY'
+      : CLOSE_REASONS[ev.code];
     let lost = 0;
     for (const c of app.cards.values()) {
       if (!isFinal(c)) {

@@ -4,7 +4,9 @@
 // browser contexts (each its own WebSocket session): two pages submit at the same moment under the
 // iterative policy and must share a scheduler step (by the server's step frames; sent again if they
 // ran one after the other); the demo button under static; an error frame
-// shown in its card; page-side validation; cancel; a phone-sized and a dark-mode page. The server
+// shown in its card; page-side validation; cancel; a phone-sized and a dark-mode page; and, against
+// a second server started with --api-key, the page without the key (it says one is needed) and
+// opened as /?api_key=KEY (it streams). The server
 // logs to a SQLite file (--db): then each context's history page (history.html, same user key as
 // its chat page) must list exactly that context's requests, with plots and a token timeline that
 // match the history API. Every page must be free of console errors, page errors, CSP violations
@@ -67,13 +69,13 @@ try {
 const cleanup = { tmp: null, server: null, browser: null };
 let lastServer = null;   // for its output when the test fails
 
-function startServer(model, db) {
+function startServer(model, db, extra = [], logName = 'server.log') {
   return new Promise((resolve, reject) => {
     const args = ['serve', '--model', model, '--port', '0', '--host', '127.0.0.1', '--web', path.join(REPO, 'web'),
-      '--db', db];
+      '--db', db, ...extra];
     log(`starting: ${BIN} ${args.join(' ')}`);
     const proc = spawn(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-    const logFile = fs.createWriteStream(path.join(ARTIFACTS, 'server.log'));
+    const logFile = fs.createWriteStream(path.join(ARTIFACTS, logName));
     const srv = { proc, output: '', exited: null, port: 0 };
     cleanup.server = srv;
     lastServer = srv;
@@ -152,7 +154,7 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 const pages = [];   // {name, page, problems}
 
-async function openPage(browser, base, name, contextOptions) {
+async function openPage(browser, base, name, contextOptions, query = '') {
   const context = await browser.newContext(Object.assign({ viewport: { width: 1280, height: 900 } }, contextOptions || {}));
   await context.addInitScript(() => {
     window.__cspViolations = [];
@@ -161,7 +163,7 @@ async function openPage(browser, base, name, contextOptions) {
     });
   });
   const page = await watchPage(await context.newPage(), base, name);
-  await page.goto(base + '/');
+  await page.goto(base + '/' + query);
   await page.waitForSelector('body[data-conn="open"][data-steps="on"]', { timeout: 20000 });
   return page;
 }
@@ -672,12 +674,47 @@ async function main() {
   const all = (await historyState(paged)).rows.map((r) => r.id);
   check(sameList(all, hA.api.map((r) => r.id)), `A history, 2 a page: "Load older" ${Math.ceil(all.length / 2) - 1} times lists all ${all.length} requests in order`);
 
+  await checkApiKeyPage(browser, model);
+
   // -------- no console errors, page errors, CSP violations or foreign requests anywhere
   for (const rec of pages) {
     const csp = await rec.page.evaluate(() => window.__cspViolations).catch(() => []);
     for (const v of csp) rec.problems.push('CSP violation: ' + v);
     check(rec.problems.length === 0, `page ${rec.name}: no console errors, page errors or CSP violations` +
       (rec.problems.length ? ':\n  ' + rec.problems.join('\n  ') : ''));
+  }
+}
+
+// A server started with --api-key: the page opened without the key says it needs one (the server
+// closed /ws with 1008); opened as /?api_key=KEY it connects and a prompt streams to the end.
+async function checkApiKeyPage(browser, model) {
+  const KEY = 'browser+key/0123&x';
+  const mainServer = cleanup.server;
+  const srv = await startServer(model, path.join(cleanup.tmp, 'keyed.db'), ['--api-key', KEY], 'server-keyed.log');
+  cleanup.server = mainServer;
+  try {
+    await waitReady(srv);
+    const base = `http://127.0.0.1:${srv.port}`;
+    const ctx = await browser.newContext();
+    const bare = await ctx.newPage();
+    await bare.goto(base + '/');
+    await bare.waitForFunction(() => !document.getElementById('banner').hidden &&
+      /needs an API key/.test(document.getElementById('banner-text').textContent), null, { timeout: 20000 });
+    const said = await bare.$eval('#banner-text', (e) => e.textContent);
+    check(/api_key=KEY/.test(said) && (await bare.$eval('body', (b) => b.dataset.conn)) !== 'open',
+      `keyed server, page without the key: not connected, it says "${said}"`);
+    await ctx.close();
+    const page = await openPage(browser, base, 'keyed', {}, '?api_key=' + encodeURIComponent(KEY));
+    await setPolicy(page, 'iterative');
+    await page.fill('#max-tokens', '12');
+    await page.fill('#prompt', 'A key in the address');
+    await page.click('#send');
+    const id = (await cardIds(page))[0];
+    const c = await waitFinal(page, id);
+    check(c.state === 'done' && c.finish === 'length', `keyed server, page as /?api_key=...: card ${id} ${c.state} (${c.finish}, ${c.tokens})`);
+    await screenshot(page, 'api-key.png');
+  } finally {
+    await stopServer(srv);
   }
 }
 
