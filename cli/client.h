@@ -77,6 +77,10 @@ void client_on_token(client *cl, creq *r, const char *text, uint64_t now);
 void client_on_done(client *cl, creq *r, const char *finish, uint64_t now);
 void client_on_refused(client *cl, creq *r, const char *code, const char *message, uint64_t now);
 void client_fail(client *cl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Opens a connection to the server's path (method NULL: a WebSocket upgrade), tagged with the
+ * opaque user data `tag`; NULL and client_fail when lws cannot start it. */
+struct lws *client_connect(client *cl, const char *path, const char *method, intptr_t tag,
+                           struct lws **pwsi);
 /* The request of an id "<prefix><index>", or NULL. */
 creq *client_find_req(client *cl, const char *id);
 

@@ -53,21 +53,8 @@ void client_http_send(client *cl, creq *r, const char *prompt, uint64_t seed)
         client_on_refused(cl, r, "out_of_memory", "no memory for the request", r->t_send);
         return;
     }
-    struct lws_client_connect_info ci;
-    memset(&ci, 0, sizeof ci);
-    ci.context = cl->ctx;
-    ci.address = cl->address;
-    ci.port = cl->port;
-    ci.path = path;
-    ci.host = cl->address;
-    ci.origin = cl->address;
-    ci.method = "POST";
-    ci.local_protocol_name = "inflight-client";
-    ci.opaque_user_data = (void *)(intptr_t)(r - cl->reqs + 1);
     /* no pwsi: the demo's requests may move (realloc) while a connection lives */
-    r->wsi = lws_client_connect_via_info(&ci);
-    if (!r->wsi)
-        client_fail(cl, "cannot connect to %s:%d", cl->address, cl->port);
+    r->wsi = client_connect(cl, path, "POST", (intptr_t)(r - cl->reqs + 1), NULL);
 }
 
 static int add_header(struct lws *wsi, enum lws_token_indexes tok, const char *v, void *in,

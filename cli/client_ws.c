@@ -170,21 +170,8 @@ int client_ws_connect(client *cl)
     }
     path[n < sizeof path ? n : sizeof path - 1] = 0;
     for (int i = 0; i < cl->n_conns; i++) {
-        struct lws_client_connect_info ci;
-        memset(&ci, 0, sizeof ci);
-        ci.context = cl->ctx;
-        ci.address = cl->address;
-        ci.port = cl->port;
-        ci.path = path;
-        ci.host = cl->address;
-        ci.origin = cl->address;
-        ci.local_protocol_name = "inflight-client";
-        ci.opaque_user_data = (void *)(intptr_t)i;
-        ci.pwsi = &cl->conns[i].wsi;
-        if (!lws_client_connect_via_info(&ci)) {
-            client_fail(cl, "cannot connect to %s:%d", cl->address, cl->port);
+        if (!client_connect(cl, path, NULL, i, &cl->conns[i].wsi))
             return -1;
-        }
     }
     return 0;
 }

@@ -220,6 +220,27 @@ void client_start(client *cl)
     start_round(cl);
 }
 
+struct lws *client_connect(client *cl, const char *path, const char *method, intptr_t tag,
+                           struct lws **pwsi)
+{
+    struct lws_client_connect_info ci;
+    memset(&ci, 0, sizeof ci);
+    ci.context = cl->ctx;
+    ci.address = cl->address;
+    ci.port = cl->port;
+    ci.path = path;
+    ci.host = cl->address;
+    ci.origin = cl->address;
+    ci.method = method;
+    ci.local_protocol_name = "inflight-client";
+    ci.opaque_user_data = (void *)tag;
+    ci.pwsi = pwsi;
+    struct lws *wsi = lws_client_connect_via_info(&ci);
+    if (!wsi)
+        client_fail(cl, "cannot connect to %s:%d", cl->address, cl->port);
+    return wsi;
+}
+
 creq *client_find_req(client *cl, const char *id)
 {
     /* ids are "<prefix><index>": the index is the request's slot */
