@@ -32,7 +32,9 @@ static const char *const HELP =
     "  --batches LIST     comma-separated batch sizes (default 1,8,64)\n"
     "  --steps N          timed decode steps per batch size (default 32; 64 at batch 1)\n"
     "  --prefill N        prompt length of the prefill measurement (default 512, 0 = skip)\n"
-    "  --repeat N         prefill repetitions, the median is reported (default 3)\n"
+    "  --repeat N         rounds of every measurement, the median is reported (default 3); on\n"
+    "                     the CPU each decode round runs right after its own bandwidth and FMA\n"
+    "                     probes, and its ratios to the floor and the peak are to those\n"
     "  --device D         auto | cpu | cuda (default auto: the GPU when there is one)\n"
     "  --isa I            CPU kernels: auto | avx512 | avx2 | scalar (default auto: $INFLIGHT_ISA\n"
     "                     when set, else the best this CPU has; one it lacks is an error)\n"
@@ -148,7 +150,8 @@ out:
     return rc;
 }
 
-static int bench_prefill(ifl_backend *be, int32_t P, int32_t repeat, double *median_s, ifl_err *err)
+/* One timed prefill of P random tokens in chunks of the backend's token budget: *sec. */
+static int bench_prefill(ifl_backend *be, int32_t P, double *sec, ifl_err *err)
 {
     const ifl_config *c = &be->model->cfg;
     int rc = -1;
@@ -156,8 +159,7 @@ static int bench_prefill(ifl_backend *be, int32_t P, int32_t repeat, double *med
     ifl_kv_seq seq = {0};
     int32_t *tokens = malloc((size_t)P * sizeof *tokens);
     float *logits = malloc((size_t)c->n_vocab * sizeof *logits);
-    double *times = calloc((size_t)repeat, sizeof *times);
-    if (!tokens || !logits || !times) {
+    if (!tokens || !logits) {
         ifl_err_set(err, "out of memory");
         goto out;
     }
@@ -171,7 +173,7 @@ static int bench_prefill(ifl_backend *be, int32_t P, int32_t repeat, double *med
     ifl_rng_seed(&rng, 7);
     for (int32_t i = 0; i < P; i++)
         tokens[i] = (int32_t)(ifl_rng_next(&rng) % (uint64_t)c->n_vocab);
-    for (int32_t r = 0; r < repeat; r++) {
+    {
         double t0 = ifl_now_s();
         for (int32_t pos = 0; pos < P;) {
             int32_t len = P - pos < be->params.max_tokens ? P - pos : be->params.max_tokens;
@@ -188,17 +190,14 @@ static int bench_prefill(ifl_backend *be, int32_t P, int32_t repeat, double *med
                 goto out;
             pos += len;
         }
-        times[r] = ifl_now_s() - t0;
+        *sec = ifl_now_s() - t0;
     }
-    qsort(times, (size_t)repeat, sizeof *times, cmp_double);
-    *median_s = times[repeat / 2];
     rc = 0;
 out:
     ifl_kv_seq_free(&seq, &pool);
     ifl_kv_pool_free(&pool);
     free(tokens);
     free(logits);
-    free(times);
     return rc;
 }
 
@@ -289,18 +288,108 @@ static int bench_sampler(int32_t V, ifl_err *err)
     return 0;
 }
 
+/* The CPU's read bandwidth and FMA peak now, measured quietly (no line printed): the probes
+ * each decode round of bench_batch runs just before its steps. 0 on the GPU. */
+static void probe_now(const ifl_runtime *rt, double *gbs, double *peak)
+{
+    *gbs = *peak = 0;
+    if (rt->device == IFL_DEVICE_CUDA || !rt->pool)
+        return;
+    *gbs = ifl_memory_read_gbs(rt->pool, (size_t)512 << 20, 3);
+    *peak = ifl_fma_peak_gflops(rt->pool, NULL, 3);
+}
+
+static double median_of(double *v, int32_t n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Decode at batch B, `rounds` times. On the CPU each round runs right after its own probes
+ * (probe_now) and is set against them: this machine's bandwidth and FMA throughput drift by a
+ * quarter within minutes (docs/perf.md), so a ratio to probes taken at the start says as much
+ * about the drift as about the kernels. Prints the medians of the rounds' step times, floors,
+ * and ratios, and the range the probes spanned. */
+static int bench_batch(const ifl_runtime *rt, int32_t B, int32_t st, int32_t rounds, double wbytes,
+                       double kv_per_tok, double cuda_gbs, ifl_err *err)
+{
+    const ifl_config *mc = &rt->model.cfg;
+    double *v = calloc((size_t)rounds * 4, sizeof *v); /* step s, floor ms, floor %, peak % */
+    double bw_lo = 0, bw_hi = 0;
+    if (!v)
+        return ifl_err_set(err, "out of memory");
+    /* mean context over the timed steps: prompt + warm-up + half the steps */
+    double ctx = BENCH_PROMPT + 2 + st / 2.0, flops = step_flops(mc, B, 1, ctx);
+    for (int32_t r = 0; r < rounds; r++) {
+        double gbs = cuda_gbs, peak = 0, sps;
+        if (rt->device != IFL_DEVICE_CUDA)
+            probe_now(rt, &gbs, &peak);
+        if (bench_decode(rt->be[0], B, st, &sps, err)) {
+            free(v);
+            return -1;
+        }
+        double floor_ms = gbs > 0 ? (wbytes + B * ctx * kv_per_tok) / (gbs * 1e9) * 1e3 : 0;
+        v[r] = sps;
+        v[rounds + r] = floor_ms;
+        v[2 * rounds + r] = 100.0 * floor_ms / (sps * 1e3);
+        v[3 * rounds + r] = peak > 0 ? 100.0 * flops / sps / 1e9 / peak : 0;
+        bw_lo = !r || gbs < bw_lo ? gbs : bw_lo;
+        bw_hi = !r || gbs > bw_hi ? gbs : bw_hi;
+    }
+    double sps = median_of(v, rounds), floor_ms = median_of(v + rounds, rounds);
+    double floor_pct = median_of(v + 2 * rounds, rounds), peak_pct = median_of(v + 3 * rounds, rounds);
+    printf("  decode  batch %4d: %8.2f ms/step  %8.1f tok/s  (%d steps; memory floor %.2f ms, "
+           "%.0f%% of it; %.1f GFLOP/s, %.0f%% of the FMA peak",
+           B, sps * 1e3, B / sps, st, floor_ms, floor_pct, flops / sps / 1e9, peak_pct);
+    if (rounds > 1)
+        printf("; median of %d rounds%s", rounds,
+               rt->device == IFL_DEVICE_CUDA ? "" : ", each after its own probes");
+    if (rounds > 1 && rt->device != IFL_DEVICE_CUDA)
+        printf(": bandwidth %.1f-%.1f GB/s", bw_lo, bw_hi);
+    printf(")\n");
+    fflush(stdout);
+    free(v);
+    return 0;
+}
+
+/* The prefill of P tokens, `rounds` times, each after its own probes on the CPU (as
+ * bench_batch): prints the median time and the median of the rounds' ratios to the FMA peak. */
+static int bench_prefill_rounds(const ifl_runtime *rt, int32_t P, int32_t rounds, ifl_err *err)
+{
+    double *v = calloc((size_t)rounds * 2, sizeof *v); /* seconds, peak % */
+    if (!v)
+        return ifl_err_set(err, "out of memory");
+    double flops = step_flops(&rt->model.cfg, 1, P, P / 2.0);
+    for (int32_t r = 0; r < rounds; r++) {
+        double gbs, peak = 0;
+        if (rt->device != IFL_DEVICE_CUDA)
+            probe_now(rt, &gbs, &peak);
+        if (bench_prefill(rt->be[0], P, &v[r], err)) {
+            free(v);
+            return -1;
+        }
+        v[rounds + r] = peak > 0 ? 100.0 * flops / v[r] / 1e9 / peak : 0;
+    }
+    double med = median_of(v, rounds), peak_pct = median_of(v + rounds, rounds);
+    printf("  prefill %4d tokens: %8.3f s        %8.1f tok/s  (median of %d, chunks of %d; "
+           "%.1f GFLOP/s, %.0f%% of the FMA peak%s)\n",
+           P, med, P / med, rounds, rt->be[0]->params.max_tokens, flops / med / 1e9, peak_pct,
+           rounds > 1 && rt->device != IFL_DEVICE_CUDA ? "; each round after its own probes" : "");
+    free(v);
+    return 0;
+}
+
 /* The measurements of bench --engine, on a started engine (one backend). */
 static int bench_engine_run(const ifl_runtime *rt, const char *dir, const int32_t *batches,
                             int n_batches, int32_t steps, int32_t prefill, int32_t repeat)
 {
     ifl_err err;
-    ifl_backend *be = rt->be[0];
     const ifl_config *mc = &rt->model.cfg;
     printf("inflight bench --engine: %s: %d layers, %d heads, %d wide, vocab %d\n  %s\n", dir,
            mc->n_layer, mc->n_head, mc->n_embd, mc->n_vocab, rt->desc);
     double gbs, wbytes, kv_per_tok;
     memory_floor(rt, &gbs, &wbytes, &kv_per_tok);
-    double peak = compute_peak(rt);
+    (void)compute_peak(rt); /* the start-up line; every round probes again */
     if (bench_sampler(mc->n_vocab, &err)) {
         fprintf(stderr, "inflight bench: sampler: %s\n", err.msg);
         return 1;
@@ -308,33 +397,14 @@ static int bench_engine_run(const ifl_runtime *rt, const char *dir, const int32_
     for (int i = 0; i < n_batches; i++) {
         int32_t B = batches[i];
         int32_t st = steps ? steps : (B == 1 ? 64 : 32);
-        double sps;
-        if (bench_decode(be, B, st, &sps, &err)) {
+        if (bench_batch(rt, B, st, repeat, wbytes, kv_per_tok, gbs, &err)) {
             fprintf(stderr, "inflight bench: batch %d: %s\n", B, err.msg);
             return 1;
         }
-        /* mean context over the timed steps: prompt + warm-up + half the steps */
-        double ctx = BENCH_PROMPT + 2 + st / 2.0;
-        double floor_ms = gbs > 0 ? (wbytes + B * ctx * kv_per_tok) / (gbs * 1e9) * 1e3 : 0;
-        double gf = step_flops(mc, B, 1, ctx) / sps / 1e9;
-        printf("  decode  batch %4d: %8.2f ms/step  %8.1f tok/s  (%d steps; memory floor %.2f ms, "
-               "%.0f%% of it; %.1f GFLOP/s, %.0f%% of the FMA peak)\n",
-               B, sps * 1e3, B / sps, st, floor_ms,
-               floor_ms > 0 ? 100.0 * floor_ms / (sps * 1e3) : 0, gf,
-               peak > 0 ? 100.0 * gf / peak : 0);
-        fflush(stdout);
     }
-    if (prefill > 0) {
-        double med;
-        if (bench_prefill(be, prefill, repeat, &med, &err)) {
-            fprintf(stderr, "inflight bench: prefill: %s\n", err.msg);
-            return 1;
-        }
-        double gf = step_flops(mc, 1, prefill, prefill / 2.0) / med / 1e9;
-        printf("  prefill %4d tokens: %8.3f s        %8.1f tok/s  (median of %d, chunks of %d; "
-               "%.1f GFLOP/s, %.0f%% of the FMA peak)\n",
-               prefill, med, prefill / med, repeat, be->params.max_tokens, gf,
-               peak > 0 ? 100.0 * gf / peak : 0);
+    if (prefill > 0 && bench_prefill_rounds(rt, prefill, repeat, &err)) {
+        fprintf(stderr, "inflight bench: prefill: %s\n", err.msg);
+        return 1;
     }
     return 0;
 }

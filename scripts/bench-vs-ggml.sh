@@ -14,6 +14,8 @@
 #   --steps N          decode steps of both engines (default: ours, 64 at batch 1 and 32 above)
 #   --jobs N           build parallelism (default 2)
 #   --check-tokens N   greedy tokens compared between the engines (default 8; 0 skips the check)
+#   --rounds N         rounds of both engines, alternating which goes first (default 3); the
+#                      table shows each cell's median over the rounds, the notes every round's
 #   --out FILE         also write the report there
 # Environment: INFLIGHT=path of our binary (default build/inflight, built if missing).
 # ggml is built with its AVX2 path: -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
@@ -27,10 +29,10 @@ conv="$repo/scripts/ggml_convert.py"
 die() { echo "bench-vs-ggml.sh: $*" >&2; exit 1; }
 say() { echo "== $*" >&2; }
 
-usage() { sed -n '5,18p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '5,20p' "$0" | sed 's/^# \{0,1\}//'; }
 
 ggml_src="" build_dir="" work_dir="$repo/models" threads=2 batches=1,8,64 weights=f32,f16,bf16
-prefill=512 steps="" jobs=2 check_tokens=8 out_file=""
+prefill=512 steps="" jobs=2 check_tokens=8 out_file="" rounds=3
 parse_args() {
     while [ $# -gt 0 ]; do
         case "$1" in
@@ -45,6 +47,7 @@ parse_args() {
         --jobs) jobs=${2:?--jobs needs a value}; shift ;;
         --check-tokens) check_tokens=${2:?--check-tokens needs a value}; shift ;;
         --out) out_file=${2:?--out needs a value}; shift ;;
+        --rounds) rounds=${2:?--rounds needs a value}; shift ;;
         -*) usage >&2; die "unknown option $1" ;;
         *) [ -z "$ggml_src" ] || die "one GGML_SOURCE_DIR only (got '$ggml_src' and '$1')"
            ggml_src=$1 ;;
@@ -60,6 +63,7 @@ parse_args() {
     for n in "$threads" "$prefill" "$jobs" "$check_tokens" ${steps:+"$steps"}; do
         [[ "$n" =~ ^[0-9]+$ ]] || die "'$n' is not a non-negative integer"
     done
+    [[ "$rounds" =~ ^[1-9][0-9]?$ ]] || die "--rounds '$rounds' is not a number of rounds from 1 to 99"
     [[ "$batches" =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || die "--batches '$batches' is not a list like 1,8,64"
     [[ "$weights" =~ ^(f32|f16|bf16)(,(f32|f16|bf16))*$ ]] ||
         die "--weights '$weights' is not a list of f32, f16, bf16"
@@ -184,16 +188,16 @@ ggml_run() {
 
 declare -A R # results: R[engine,format,batch,what]
 
-run_ggml() {
-    local ft b n c k v bin
+run_ggml() { # ROUND
+    local r=$1 ft b n c k v bin
     for ft in f32 f16; do
         bin="$model/ggml-model-$ft.bin"
         for b in ${batches//,/ }; do
             if [ "$b" -eq 1 ]; then
                 n=${steps:-64} # a 1-token prompt: every timed eval is one decode step
-                say "ggml gpt-2-ctx $ft, -n $n"
-                while IFS='=' read -r k v; do R[g,$ft,1,$k]=$v; done < <(ggml_run \
-                    "$logs/ggml-ctx-$ft.txt" "$gg_ctx" -m "$bin" -t "$threads" -p Hello -n "$n" \
+                say "round $r: ggml gpt-2-ctx $ft, -n $n"
+                while IFS='=' read -r k v; do R[g,$ft,1,$k,$r]=$v; done < <(ggml_run \
+                    "$logs/ggml-ctx-$ft-r$r.txt" "$gg_ctx" -m "$bin" -t "$threads" -p Hello -n "$n" \
                     --top_k 1 --temp 1 --seed 1)
                 R[g,$ft,1,args]="gpt-2-ctx -n $n"
                 continue
@@ -201,33 +205,59 @@ run_ggml() {
             n=$((${steps:-32} + 1)) # n-1 timed decode steps of B tokens each
             c=2048                  # its KV is one array of 1 + B*(n-1) cells: -c must hold them
             while [ $((1 + b * (n - 1))) -ge "$c" ]; do c=$((c * 2)); done
-            say "ggml gpt-2-batched $ft, -np $b -n $n -c $c"
-            while IFS='=' read -r k v; do R[g,$ft,$b,$k]=$v; done < <(ggml_run \
-                "$logs/ggml-batched-$ft-np$b.txt" "$gg_bat" -m "$bin" -t "$threads" -p Hello \
+            say "round $r: ggml gpt-2-batched $ft, -np $b -n $n -c $c"
+            while IFS='=' read -r k v; do R[g,$ft,$b,$k,$r]=$v; done < <(ggml_run \
+                "$logs/ggml-batched-$ft-np$b-r$r.txt" "$gg_bat" -m "$bin" -t "$threads" -p Hello \
                 -np "$b" -n "$n" -c "$c" --top_k 1 --temp 1 --seed 1)
             R[g,$ft,$b,args]="gpt-2-batched -np $b -n $n -c $c"
         done
     done
 }
 
-run_ours() {
-    local w log
+run_ours() { # ROUND: one round of the bench (--repeat 1: its probes run just before it)
+    local r=$1 w log
     for w in ${weights//,/ }; do
-        log="$logs/inflight-$w.txt"
-        say "inflight bench --engine${isa[*]:+ ${isa[*]}} --weights $w"
+        log="$logs/inflight-$w-r$r.txt"
+        say "round $r: inflight bench --engine${isa[*]:+ ${isa[*]}} --weights $w"
         "$inflight" bench --engine "${isa[@]}" --model "$model" --weights "$w" \
-            --threads "$threads" --batches "$batches" --prefill "$prefill" \
+            --threads "$threads" --batches "$batches" --prefill "$prefill" --repeat 1 \
             ${steps:+--steps "$steps"} >"$log" 2>&1 || { R[o,$w,failed]="exit $?"; continue; }
         # "decode batch B: MS ms/step TPS tok/s (... N% of it[; G GFLOP/s, P% of the FMA peak])"
         while read -r b ms tps fl pk; do
-            R[o,$w,$b,ms]=$ms R[o,$w,$b,tps]=$tps R[o,$w,$b,floor]=$fl R[o,$w,$b,peak]=$pk
+            R[o,$w,$b,ms,$r]=$ms R[o,$w,$b,tps,$r]=$tps R[o,$w,$b,floor,$r]=$fl R[o,$w,$b,peak,$r]=$pk
         done < <(awk "$pct_awk"'/decode +batch/ { b = $3; sub(":", "", b);
                      print b, $4, $6, pct($0, "of it"), pct($0, "of the FMA peak") }' "$log")
-        R[o,$w,prefill]=$(awk '/prefill +[0-9]+ tokens:/ { print $4 }' "$log")
-        R[o,$w,prefill_peak]=$(awk "$pct_awk"'/prefill +[0-9]+ tokens:/ { print pct($0, "of the FMA peak") }' "$log")
-        R[o,$w,cpu]=$(grep -m1 '^  cpu:' "$log" | sed 's/^ *cpu: *//') || true
-        R[o,$w,bw]=$(grep -m1 'memory read bandwidth' "$log" | sed 's/^ *memory read //') || true
-        R[o,$w,fma]=$(grep -m1 'FMA peak now' "$log" | sed 's/^ *//') || true
+        R[o,$w,prefill,$r]=$(awk '/prefill +[0-9]+ tokens:/ { print $4 }' "$log")
+        R[o,$w,prefill_peak,$r]=$(awk "$pct_awk"'/prefill +[0-9]+ tokens:/ { print pct($0, "of the FMA peak") }' "$log")
+        R[o,$w,cpu,$r]=$(grep -m1 '^  cpu:' "$log" | sed 's/^ *cpu: *//') || true
+        R[o,$w,bw,$r]=$(grep -m1 'memory read bandwidth' "$log" | sed 's/^ *memory read //') || true
+        R[o,$w,fma,$r]=$(grep -m1 'FMA peak now' "$log" | sed 's/^ *//') || true
+    done
+}
+
+# The median of numbers (each may end in %, kept on the result); empty if there are none.
+median() {
+    local pct="" v
+    for v in "$@"; do [[ "$v" != *% ]] || pct=%; done
+    printf '%s\n' "$@" | sed 's/%$//' | { grep -E '^-?[0-9.]+$' || true; } | sort -g |
+        awk -v pct="$pct" '{ a[NR] = $1 } END { if (!NR) exit
+            if (NR % 2) m = a[(NR + 1) / 2]; else m = sprintf("%.4g", (a[NR / 2] + a[NR / 2 + 1]) / 2)
+            printf "%s%s\n", m, pct }'
+}
+
+# Every R[...,ROUND] into R[...] (its median over the rounds if numeric, else round 1's text)
+# and R[...,all] (every round's value, for the notes).
+combine_rounds() {
+    local key base r vals v m
+    for key in "${!R[@]}"; do
+        [[ "$key" == *,1 ]] || continue
+        base=${key%,1}
+        vals=()
+        for ((r = 1; r <= rounds; r++)); do vals+=("${R[$base,$r]:-}"); done
+        m=$(median "${vals[@]}")
+        if [ -n "$m" ]; then R[$base]=$m; else R[$base]=${vals[0]}; fi
+        v=$(printf '%s / ' "${vals[@]}")
+        R[$base,all]=${v% / }
     done
 }
 
@@ -306,10 +336,12 @@ print_notes() {
     local ft b
     cat <<NOTES
 
-What each figure is:
+What each figure is ($rounds rounds, the engines alternating which runs first; every cell is the
+median over the rounds, each round's figures are at the end):
 - inflight, batch 1: \`bench --engine\` ms per decode step (the mean over its timed steps after 2
   warm-up steps, 8-token random prompts, greedy sampling included); the memory floor is the bench's
-  own: every weight read once (and the KV) at the read bandwidth it measured (below).
+  own: every weight read once (and the KV) at the read bandwidth it measured just before that
+  round's steps (the ratios to the floor and to the FMA peak are each round's own).
 - inflight, batch B: B / (mean step time): B sequences decoding together, greedy sampling included.
 - ggml, batch 1: gpt-2-ctx's "per token" = its "predict time" / tokens evaluated, with a 1-token
   prompt ("Hello"), so every timed evaluation is one single-token decode step; sampling (greedy,
@@ -318,10 +350,10 @@ What each figure is:
   The prompt is evaluated before its timer starts and sampling is outside it; with sampling
   included the figures are below. -c is the size of its single KV array, which must hold
   1 + B*(n-1) cells (it fails with the default 2048 at B = 64).
-- Prefill: inflight's median of 3 (chunks as printed in the log); ggml's examples print no
-  separate prefill time.
+- Prefill: inflight's (chunks as printed in the log); ggml's examples print no separate prefill
+  time.
 
-inflight's own lines (kernels; read bandwidth measured at the start of each run):
+inflight's own lines (kernels; round 1's bandwidth and peak probes at the start of the run):
 NOTES
     local w
     for w in ${weights//,/ }; do
@@ -341,6 +373,36 @@ NOTES
             fi
         done
     done
+    print_rounds
+}
+
+# Every round's figures, in round order, for each cell of the table.
+print_rounds() {
+    local b w ft
+    echo
+    echo "Every round (round 1 / round 2 / ...):"
+    for b in ${batches//,/ }; do
+        for w in ${weights//,/ }; do
+            if [ "$b" -eq 1 ]; then
+                echo "- inflight batch 1, $w: ${R[o,$w,1,ms,all]:-?} ms/token; ${R[o,$w,1,floor,all]:-?} of the floor"
+            else
+                echo "- inflight batch $b, $w: ${R[o,$w,$b,tps,all]:-?} tok/s; ${R[o,$w,$b,peak,all]:-?} of the peak"
+            fi
+        done
+        for ft in f32 f16; do
+            [ -n "${R[g,$ft,$b,args]:-}" ] || continue
+            if [ "$b" -eq 1 ]; then
+                echo "- ggml batch 1, $ft: ${R[g,$ft,1,per_token_ms,all]:-?} ms/token"
+            else
+                echo "- ggml batch $b, $ft: predict ${R[g,$ft,$b,predict_ms,all]:-?} ms for ${R[g,$ft,$b,decoded]:-?} tokens"
+            fi
+        done
+    done
+    if [ "$prefill" -gt 0 ]; then
+        for w in ${weights//,/ }; do
+            echo "- inflight prefill $prefill, $w: ${R[o,$w,prefill,all]:-?} s; ${R[o,$w,prefill_peak,all]:-?} of the peak"
+        done
+    fi
 }
 
 main() {
@@ -355,8 +417,11 @@ main() {
     prepare_model
     check_line="not run (--check-tokens 0)"
     [ "$check_tokens" -eq 0 ] || check_greedy
-    run_ggml
-    run_ours
+    local r
+    for ((r = 1; r <= rounds; r++)); do # alternate which engine goes first
+        if ((r % 2)); then run_ggml "$r"; run_ours "$r"; else run_ours "$r"; run_ggml "$r"; fi
+    done
+    combine_rounds
     {
         echo "## inflight vs ggml, GPT-2-124M shape, random weights ($model), $threads threads"
         echo
