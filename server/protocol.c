@@ -317,9 +317,45 @@ static long find_nul_escape(const char *t, size_t n)
     return -1;
 }
 
+/* The offset of the first byte JSON forbids raw that cJSON would take: a control character
+ * (U+0000-U+001F) inside a string, or a NUL anywhere (cJSON reads NUL-terminated strings, so
+ * "abc<NUL>def" would run as "abc" and "max_tokens<NUL>zz" pass as max_tokens); -1 if none. */
+static long find_raw_control(const char *t, size_t n, int *in_string)
+{
+    int in_str = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)t[i];
+        if (c == 0 || (in_str && c < 0x20)) {
+            *in_string = in_str;
+            return (long)i;
+        }
+        if (!in_str)
+            in_str = c == '"';
+        else if (c == '"')
+            in_str = 0;
+        else if (c == '\\' && i + 1 < n && (unsigned char)t[i + 1] >= 0x20)
+            i++; /* the escaped character; a raw control after the backslash is still refused */
+    }
+    return -1;
+}
+
 /* The tree of one JSON value with nothing but whitespace after it; NULL with err filled. */
 static cJSON *parse_json(const char *text, size_t len, proto_error *err)
 {
+    int in_str = 0;
+    long raw = find_raw_control(text, len, &in_str);
+    if (raw >= 0 && in_str) {
+        proto_error_set(err, IFL_CODE_INVALID_JSON,
+                        "message is not valid JSON: raw control character 0x%02x inside a string "
+                        "at byte %ld (JSON requires it escaped, as \\u%04x)",
+                        (unsigned char)text[raw], raw, (unsigned char)text[raw]);
+        return NULL;
+    }
+    if (raw >= 0) {
+        proto_error_set(err, IFL_CODE_INVALID_JSON,
+                        "message is not valid JSON: a NUL byte at byte %ld", raw);
+        return NULL;
+    }
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (!root) {
@@ -332,7 +368,7 @@ static cJSON *parse_json(const char *text, size_t len, proto_error *err)
         const char *p = end;
         while (p < text + len && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
             p++;
-        if (p < text + len && *p) {
+        if (p < text + len) {
             proto_error_set(err, IFL_CODE_INVALID_JSON,
                             "message has bytes after its JSON value (at byte %zu)",
                             (size_t)(p - text));

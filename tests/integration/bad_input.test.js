@@ -258,6 +258,25 @@ L.main('bad_input', async () => {
     L.log(`ok  U+0000 in the ${name} -> invalid_message: ${e.msg.message}`);
   }
   await assertUsable(c, 'U+0000');
+
+  // raw control characters, which JSON forbids inside strings (a raw NUL used to cut the string:
+  // "abc<NUL>def" ran as "abc", a key "max_tokens<NUL>zz" passed as max_tokens), and a NUL after
+  // the value (used to be ignored): invalid_json naming the byte
+  for (const [name, text] of [
+    ['NUL in the prompt', '{"type":"generate","id":"raw1","prompt":"abc\u0000def"}'],
+    ['NUL in a key', '{"type":"generate","id":"raw2","prompt":"x","max_tokens\u0000zz":3}'],
+    ['NUL after the value', '{"type":"ping"}\u0000garbage'],
+    ['raw tab in the prompt', '{"type":"generate","id":"raw3","prompt":"a\tb"}'],
+  ]) {
+    const at = text.search(/[\u0000-\u001f]/); // the byte offset too: these texts are ASCII
+    const from = c.frames.length;
+    c.send(text); // the JavaScript escapes above become the raw bytes on the wire
+    const e = await c.waitFor((f) => f.msg.type === 'error' || f.msg.type === 'pong' || f.msg.type === 'queued', 30000, `the answer to ${name}`, from);
+    L.check(e.msg.type === 'error' && e.msg.code === 'invalid_json' && e.msg.message.includes(`at byte ${at}`),
+      () => `${name}: expected invalid_json at byte ${at}, got ${JSON.stringify(e.msg)}`);
+    L.log(`ok  ${name} -> invalid_json: ${e.msg.message}`);
+  }
+  await assertUsable(c, 'raw control characters');
   c.assertNoViolations();
   L.check(!c.closeInfo, 'the main connection closed');
   srv.assertAlive();
