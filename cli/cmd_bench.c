@@ -337,7 +337,8 @@ static int bench_batch(const ifl_runtime *rt, int32_t B, int32_t st, int32_t rou
         bw_hi = !r || gbs > bw_hi ? gbs : bw_hi;
     }
     double sps = median_of(v, rounds), floor_ms = median_of(v + rounds, rounds);
-    double floor_pct = median_of(v + 2 * rounds, rounds), peak_pct = median_of(v + 3 * rounds, rounds);
+    double floor_pct = median_of(v + 2 * rounds, rounds),
+           peak_pct = median_of(v + 3 * rounds, rounds);
     printf("  decode  batch %4d: %8.2f ms/step  %8.1f tok/s  (%d steps; memory floor %.2f ms, "
            "%.0f%% of it; %.1f GFLOP/s, %.0f%% of the FMA peak",
            B, sps * 1e3, B / sps, st, floor_ms, floor_pct, flops / sps / 1e9, peak_pct);

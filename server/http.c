@@ -229,14 +229,14 @@ static int http_serve_file(server *s, srv_conn *c, struct lws *wsi, const char *
     return http_respond(c, wsi, HTTP_STATUS_OK, mime_type(real), data, len, head_only, NULL, NULL);
 }
 
-static int http_json_error(srv_conn *c, struct lws *wsi, int status, const char *msg)
+static int http_json_error(srv_conn *c, struct lws *wsi, int status, const char *msg, int head_only)
 {
     strbuf sb;
     sb_init(&sb, 0);
     sb_puts(&sb, "{\"error\":");
     sb_json_str(&sb, msg, strlen(msg));
     sb_puts(&sb, "}");
-    return http_respond_json(c, wsi, status, &sb, 0, NULL, NULL);
+    return http_respond_json(c, wsi, status, &sb, head_only, NULL, NULL);
 }
 
 /* Parses a decimal argument in [lo, hi]; -1 if present and bad, 0 absent, 1 read. */
@@ -256,13 +256,16 @@ static int url_int(struct lws *wsi, const char *name, int64_t lo, int64_t hi, in
 
 /* GET /api/history and /api/requests/ID (docs/protocol.md): checked here, answered by the
  * history thread. */
-static int http_api(server *s, srv_conn *c, struct lws *wsi, const char *path)
+static int http_api(server *s, srv_conn *c, struct lws *wsi, const char *path, int head_only)
 {
+    c->answer_head_only = head_only;
     if (!strcmp(s->o->history, "off"))
-        return http_json_error(c, wsi, HTTP_STATUS_FORBIDDEN, "history is off on this server");
+        return http_json_error(c, wsi, HTTP_STATUS_FORBIDDEN, "history is off on this server",
+                               head_only);
     if (!s->history)
         return http_json_error(c, wsi, HTTP_STATUS_SERVICE_UNAVAILABLE,
-                               "this server keeps no request log: start it with --db PATH");
+                               "this server keeps no request log: start it with --db PATH",
+                               head_only);
     http_job *hj = calloc(1, sizeof *hj);
     if (!hj)
         return -1;
@@ -272,24 +275,25 @@ static int http_api(server *s, srv_conn *c, struct lws *wsi, const char *path)
     if (v && srv_user_key_hash(v, j->user_hash)) {
         free(j);
         return http_json_error(c, wsi, HTTP_STATUS_BAD_REQUEST,
-                               "user must be 16 to 64 characters of A-Z a-z 0-9 _ -");
+                               "user must be 16 to 64 characters of A-Z a-z 0-9 _ -", head_only);
     }
     if (!v && strcmp(s->o->history, "all")) {
         free(j);
         return http_json_error(c, wsi, HTTP_STATUS_BAD_REQUEST,
-                               "user=KEY is required: history shows a key's own requests");
+                               "user=KEY is required: history shows a key's own requests",
+                               head_only);
     }
     if (!strcmp(path, "/api/history")) {
         int64_t limit = 50, before = 0;
         if (url_int(wsi, "limit=", 1, 500, &limit) < 0) {
             free(j);
             return http_json_error(c, wsi, HTTP_STATUS_BAD_REQUEST,
-                                   "limit must be an integer from 1 to 500");
+                                   "limit must be an integer from 1 to 500", head_only);
         }
         if (url_int(wsi, "before=", 1, INT64_MAX, &before) < 0) {
             free(j);
             return http_json_error(c, wsi, HTTP_STATUS_BAD_REQUEST,
-                                   "before must be a request id (a positive integer)");
+                                   "before must be a request id (a positive integer)", head_only);
         }
         j->kind = HISTORY_LIST;
         j->limit = (int32_t)limit;
@@ -301,7 +305,7 @@ static int http_api(server *s, srv_conn *c, struct lws *wsi, const char *path)
         if (!*idp || *end || id < 1) {
             free(j);
             return http_json_error(c, wsi, HTTP_STATUS_NOT_FOUND,
-                                   "no such request: the id must be a positive integer");
+                                   "no such request: the id must be a positive integer", head_only);
         }
         j->kind = HISTORY_ONE;
         j->id = id;
@@ -437,7 +441,7 @@ static int http_request(server *s, srv_conn *c, struct lws *wsi, const char *pat
     if (!strcmp(path, "/metrics"))
         return http_metrics(s, c, wsi, is_head);
     if (!strcmp(path, "/api/history") || !strncmp(path, "/api/requests/", 14))
-        return http_api(s, c, wsi, path);
+        return http_api(s, c, wsi, path, is_head);
     if (!strncmp(path, "/v2", 3) && (!path[3] || path[3] == '/'))
         return http_v2(s, c, wsi, path, is_head);
     if (!strncmp(path, "/v1/", 4)) {
@@ -464,7 +468,8 @@ static int http_writeable(srv_conn *c, struct lws *wsi)
         free(j);
         if (!body)
             return -1;
-        return http_respond(c, wsi, status, "application/json", body, len, 0, NULL, NULL);
+        return http_respond(c, wsi, status, "application/json", body, len, c->answer_head_only,
+                            NULL, NULL);
     }
     if (!c->http_body)
         return 0;

@@ -247,6 +247,38 @@ async function checkQueueFull(bin, vocab, model, OpenAIClass) {
   L.log('a full queue: 429 queue_full with Retry-After: 1, the client\'s RateLimitError');
 }
 
+// HEAD of the history endpoints, whose answers come from the history thread, then a GET on the
+// same kept-alive connection: the HEAD answer must carry the GET's headers (Content-Length of its
+// body) and no body, or the client reads that body as the start of the next response.
+async function checkHistoryHead(port) {
+  const net = require('net');
+  for (const p of ['/api/history?user=head-check-user-0001', '/api/requests/1?user=head-check-user-0001']) {
+    const get = await L.httpRequest(port, p);
+    const text = await new Promise((resolve, reject) => {
+      const sock = net.connect(port, '127.0.0.1');
+      let got = '';
+      const t = setTimeout(() => { sock.destroy(); resolve(got); }, 10000);
+      sock.on('connect', () => sock.write(`HEAD ${p} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n` +
+        'GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n'));
+      sock.on('data', (d) => {
+        got += d.toString('latin1');
+        if (/\r\n\r\nok\n$/.test(got)) { clearTimeout(t); sock.destroy(); resolve(got); }
+      });
+      sock.on('error', reject);
+    });
+    const he = text.indexOf('\r\n\r\n');
+    L.check(he > 0, `HEAD ${p}: no answer (${JSON.stringify(text.slice(0, 200))})`);
+    const head = text.slice(0, he);
+    const status = Number((/^HTTP\/1\.1 (\d{3})/.exec(head) || [])[1]);
+    L.eq(status, get.status, `HEAD ${p} status`);
+    L.eq(Number((/\r\ncontent-length:\s*(\d+)/i.exec(head) || [])[1]), get.body.length, `HEAD ${p} Content-Length`);
+    const rest = text.slice(he + 4);
+    L.check(/^HTTP\/1\.1 200 /.test(rest) && rest.endsWith('\r\n\r\nok\n'),
+      () => `after HEAD ${p}, the next bytes must be the /healthz answer, got ${JSON.stringify(rest.slice(0, 120))}`);
+    L.log(`HEAD ${p}: ${status}, Content-Length ${get.body.length}, no body; the next answer on the connection intact`);
+  }
+}
+
 L.main('openai', async () => {
   const { bin, vocab } = L.parseArgs();
   D.requireSqlite3();
@@ -265,6 +297,7 @@ L.main('openai', async () => {
   await checkErrors(client);
   await checkAbort(client, srv);
   L.eq(await tritonOnce(srv.port), 200, 'a Triton request');
+  await checkHistoryHead(srv.port);
   c.close();
   srv.assertAlive();
   await L.until(async () => (await L.fetchMetrics(srv.port)).maybe('inflight_api_requests_total', { api: 'triton', finish_reason: 'length' }) === 1,

@@ -35,15 +35,16 @@ static void expect_error(const char *json, const char *code, const char *want_id
     proto_msg_free(&m);
 }
 
-/* `len` bytes of `json` (raw NULs included) refused as invalid_json naming `want` in its message. */
+/* `len` bytes of `json` (raw NULs included) refused as invalid_json naming `want` in its message.
+ */
 static void expect_raw(const char *json, size_t len, const char *want)
 {
     proto_msg m;
     proto_error e;
     int rc = proto_parse(json, len, &LIM, &m, &e);
     if (rc != -1 || e.code != IFL_CODE_INVALID_JSON || !strstr(e.message, want)) {
-        fprintf(stderr, "FAIL raw %zu bytes: want invalid_json with \"%s\", got rc %d %s: %s\n", len,
-                want, rc, rc ? ifl_code_name(e.code) : "-", rc ? e.message : "");
+        fprintf(stderr, "FAIL raw %zu bytes: want invalid_json with \"%s\", got rc %d %s: %s\n",
+                len, want, rc, rc ? ifl_code_name(e.code) : "-", rc ? e.message : "");
         failures++;
     } else {
         printf("  invalid_json     <- %zu raw bytes : %s\n", len, e.message);
@@ -57,19 +58,23 @@ static void raw_controls(void)
 {
     static const char cut[] = "{\"type\":\"generate\",\"id\":\"a\",\"prompt\":\"abc\0def\"}";
     expect_raw(cut, sizeof cut - 1, "raw control character 0x00 inside a string at byte 41");
-    static const char key[] = "{\"type\":\"generate\",\"id\":\"a\",\"prompt\":\"x\",\"max_tokens\0zz\":3}";
+    static const char key[] =
+        "{\"type\":\"generate\",\"id\":\"a\",\"prompt\":\"x\",\"max_tokens\0zz\":3}";
     expect_raw(key, sizeof key - 1, "0x00 inside a string at byte 52");
     static const char after[] = "{\"type\":\"ping\"}\0garbage";
     expect_raw(after, sizeof after - 1, "a NUL byte at byte 15");
     static const char tab[] = "{\"type\":\"generate\",\"id\":\"a\",\"prompt\":\"a\tb\"}";
     expect_raw(tab, sizeof tab - 1, "0x09 inside a string at byte 39");
     static const char nl[] = "{\"type\":\"generate\",\"id\":\"a\",\"prompt\":\"a\\\nb\"}";
-    expect_raw(nl, sizeof nl - 1, "0x0a inside a string at byte 40"); /* a backslash does not excuse it */
+    expect_raw(nl, sizeof nl - 1,
+               "0x0a inside a string at byte 40"); /* a backslash does not excuse it */
     /* whitespace between tokens is not in a string: fine; escaped controls are fine */
-    static const char ok[] = "{\n\t\"type\":\"generate\",\"id\":\"a\",\r\n\"prompt\":\"a\\tb\\nc\"}";
+    static const char ok[] =
+        "{\n\t\"type\":\"generate\",\"id\":\"a\",\r\n\"prompt\":\"a\\tb\\nc\"}";
     proto_msg m;
     proto_error e;
-    if (proto_parse(ok, sizeof ok - 1, &LIM, &m, &e) != 0 || !m.gen.prompt || strcmp(m.gen.prompt, "a\tb\nc")) {
+    if (proto_parse(ok, sizeof ok - 1, &LIM, &m, &e) != 0 || !m.gen.prompt ||
+        strcmp(m.gen.prompt, "a\tb\nc")) {
         fprintf(stderr, "FAIL whitespace and escapes: %s\n", e.message);
         failures++;
     }
