@@ -261,7 +261,8 @@ static void run_one(ifl_history *h, history_job *j)
     const char *owner = (const char *)sqlite3_column_text(st, COL_OWNER);
     if (!h->scope_all && (!owner || !j->user_hash[0] || strcmp(owner, j->user_hash))) {
         sqlite3_finalize(st);
-        answer_error(j, 403, "this request is not yours (history shows a key's own requests)");
+        /* the same answer as for no such id: ids cannot be probed for existence */
+        answer_error(j, 404, "no such request");
         return;
     }
     strbuf sb;

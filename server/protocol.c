@@ -572,8 +572,8 @@ void proto_write_hello(strbuf *sb, const proto_hello *h)
     put_str(sb, h->session);
     sb_puts(sb, ",\"server\":");
     put_str(sb, h->server);
-    sb_puts(sb, ",\"model\":{\"path\":");
-    put_str(sb, h->model_path);
+    sb_puts(sb, ",\"model\":{\"name\":");
+    put_str(sb, h->model_name);
     sb_printf(sb, ",\"n_layer\":%d,\"n_head\":%d,\"n_embd\":%d,\"n_ctx\":%d,\"vocab_size\":%d,",
               h->n_layer, h->n_head, h->n_embd, h->n_ctx, h->n_vocab);
     sb_puts(sb, "\"weights\":");

@@ -58,10 +58,10 @@ int proto_parse(const char *text, size_t len, const proto_limits *lim, proto_msg
 void proto_msg_free(proto_msg *m);
 
 /* The generation parameters of one JSON object, for the HTTP APIs: the prompt from prompt_field
- * (a non-empty string; NULL: the caller takes the prompt itself), then the same optional fields and checks as generate's (max_tokens,
- * temperature, top_k, top_p, seed, ignore_eos, stop), defaults from lim; the policy is left as
- * iterative (the caller's route decides). Unknown fields are the caller's to check. 0, or -1 with
- * *err; either way free m->prompt. */
+ * (a non-empty string; NULL: the caller takes the prompt itself), then the same optional fields and
+ * checks as generate's (max_tokens, temperature, top_k, top_p, seed, ignore_eos, stop), defaults
+ * from lim; the policy is left as iterative (the caller's route decides). Unknown fields are the
+ * caller's to check. 0, or -1 with *err; either way free m->prompt. */
 struct cJSON;
 int proto_parse_params(const struct cJSON *obj, const char *prompt_field, const proto_limits *lim,
                        req_params *m, proto_error *err);
@@ -78,9 +78,9 @@ void proto_error_set(proto_error *e, ifl_code code, const char *fmt, ...)
 
 /* What hello tells a new connection. */
 typedef struct {
-    const char *session; /* 16 hex digits */
-    const char *server;  /* "inflight 0.1.0" */
-    const char *model_path, *weights, *device;
+    const char *session;                       /* 16 hex digits */
+    const char *server;                        /* "inflight 0.1.0" */
+    const char *model_name, *weights, *device; /* model_name: its directory's name */
     const char *isa; /* the CPU kernel family in use: "avx512", "avx2", "scalar" */
     int32_t n_layer, n_head, n_embd, n_ctx, n_vocab;
     int32_t max_tokens, max_message, max_inflight, max_batch, max_queue, max_outbox;

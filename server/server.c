@@ -183,6 +183,13 @@ static void *loader_main(void *arg)
         s->lim.n_vocab = s->rt.model.cfg.n_vocab;
         if (s->lim.def_max_tokens > s->lim.max_tokens)
             s->lim.def_max_tokens = s->lim.max_tokens;
+        if (s->lim.def_top_k > s->lim.n_vocab) { /* hello must not advertise what is refused */
+            fprintf(stderr,
+                    "inflight: --top-k %d is past the vocabulary (%d tokens): the default "
+                    "top_k is %d\n",
+                    s->lim.def_top_k, s->lim.n_vocab, s->lim.n_vocab);
+            s->lim.def_top_k = s->lim.n_vocab;
+        }
         if (!o->quiet)
             print_ready(s, step_tokens, ifl_now_s() - t0);
         atomic_store(&s->ready, 1);

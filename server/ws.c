@@ -259,7 +259,7 @@ static void send_hello(server *s, srv_conn *c)
     const ifl_config *cfg = &s->rt.model.cfg;
     proto_hello h = {.session = c->owner.session_hex,
                      .server = "inflight " INFLIGHT_VERSION,
-                     .model_path = s->o->model_dir,
+                     .model_name = http_gen_served_name(s), /* not the path */
                      .weights = ifl_model_dtype_name(&s->rt.model),
                      .device = s->rt.desc,
                      .isa = ifl_isa_name(s->rt.isa),

@@ -321,8 +321,8 @@
       if (unit) s.append(' ' + unit);
       box.append(s);
     };
-    const name = String(model.path || 'model').replace(/\/+$/, '').split('/').pop();
-    chip(name, '', model.path || '');
+    const name = String(model.name || 'model');
+    chip(name, '', name);
     if (model.n_layer != null) chip(String(model.n_layer), 'layers');
     if (model.n_head != null) chip(String(model.n_head), 'heads');
     if (model.n_embd != null) chip(String(model.n_embd), 'wide');

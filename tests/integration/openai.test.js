@@ -218,7 +218,20 @@ function checkLog(db, metrics) {
 // A full queue: with --max-batch 1 --max-queue 1, A runs, B waits, C is refused 429 with
 // Retry-After, as the client's RateLimitError.
 async function checkQueueFull(bin, vocab, model, OpenAIClass) {
-  const srv = await L.startServer(bin, vocab, model, ['--no-request-log', '--max-batch', '1', '--max-queue', '1']);
+  // --top-k past the vocabulary: the default is lowered to it, loudly, so hello never advertises a
+  // top_k a client would be refused for sending back
+  const srv = await L.startServer(bin, vocab, model, ['--no-request-log', '--max-batch', '1', '--max-queue', '1', '--top-k', '60000']);
+  {
+    const w = await L.Client.open(srv.port, { name: 'top-k' });
+    L.eq(w.hello.defaults.top_k, w.hello.model.vocab_size, 'hello defaults.top_k after --top-k 60000');
+    L.check(/--top-k 60000 is past the vocabulary/.test(srv.stderr), () => `no warning for --top-k 60000: ${srv.stderr.slice(-500)}`);
+    w.send({ type: 'generate', id: 'k', prompt: 'x', max_tokens: 1, top_k: w.hello.defaults.top_k });
+    const end = await w.waitEnd('k');
+    L.check(end.type === 'done', () => `top_k as hello advertises it: ${JSON.stringify(end)}`);
+    w.close();
+    await w.closed;
+    L.log(`--top-k 60000: hello's default top_k is the vocabulary, ${w.hello.defaults.top_k}, and a request sending it back runs`);
+  }
   const client = new OpenAIClass({ baseURL: `${srv.base}/v1`, apiKey: 'unused', maxRetries: 0 });
   const ac = new AbortController();
   const opened = async (prompt) => {
@@ -250,6 +263,19 @@ async function checkQueueFull(bin, vocab, model, OpenAIClass) {
 // HEAD of the history endpoints, whose answers come from the history thread, then a GET on the
 // same kept-alive connection: the HEAD answer must carry the GET's headers (Content-Length of its
 // body) and no body, or the client reads that body as the start of the next response.
+// hello names the model by its directory's name, not its filesystem path; /api/requests/ID answers
+// a request that is not the key's exactly as an id that does not exist (404, same body)
+async function checkNoDisclosure(port, hello, served) {
+  L.eq(hello.model.name, served, 'hello model.name');
+  L.check(!('path' in hello.model), () => `hello gives the model's path: ${JSON.stringify(hello.model)}`);
+  const user = 'user=disclosure-check-0001';
+  const other = await L.httpRequest(port, `/api/requests/1?${user}`); // row 1: not this key's
+  const none = await L.httpRequest(port, `/api/requests/987654321?${user}`);
+  L.eq(other.status, 404, 'a request that is not yours: status');
+  L.eq(other.body.toString(), none.body.toString(), 'not yours vs no such id: body');
+  L.log(`hello model.name ${hello.model.name} (no path); not yours and no such id: both ${none.status} ${none.body}`);
+}
+
 async function checkHistoryHead(port) {
   const net = require('net');
   for (const p of ['/api/history?user=head-check-user-0001', '/api/requests/1?user=head-check-user-0001']) {
@@ -298,6 +324,7 @@ L.main('openai', async () => {
   await checkAbort(client, srv);
   L.eq(await tritonOnce(srv.port), 200, 'a Triton request');
   await checkHistoryHead(srv.port);
+  await checkNoDisclosure(srv.port, c.hello, served);
   c.close();
   srv.assertAlive();
   await L.until(async () => (await L.fetchMetrics(srv.port)).maybe('inflight_api_requests_total', { api: 'triton', finish_reason: 'length' }) === 1,

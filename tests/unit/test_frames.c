@@ -107,7 +107,7 @@ static void check_hello(const cJSON *ex)
     const char *hist = str(ex, "history");
     proto_hello h = {.session = str(ex, "session"),
                      .server = str(ex, "server"),
-                     .model_path = str(m, "path"),
+                     .model_name = str(m, "name"),
                      .weights = str(m, "weights"),
                      .device = str(m, "device"),
                      .isa = str(m, "isa"),
