@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "origin.h"
 #include "server.h"
 #include "util.h"
 
@@ -119,6 +120,12 @@ static const char *const HELP =
                                                                    "  --api-key-file FILE     the "
                                                                    "same, the key read from FILE "
                                                                    "(its first line)\n"
+    "  --allowed-origins LIST  page origins, besides the server's own, whose WebSocket upgrades\n"
+    "                          and API POSTs are served: comma-separated scheme://host[:port], or\n"
+    "                          * for any (default: the same origin, and clients sending none)\n"
+    "  --allowed-hosts LIST    Host names answered besides localhost, 127.0.0.1, ::1 and the bound\n"
+    "                          address: bound to loopback every other name is refused (DNS\n"
+    "                          rebinding); given, the check applies on any address (* for any)\n"
                                                                    "  --no-request-log        no "
                                                                    "line per request on stderr\n"
                                                                    "  --quiet                 "
@@ -198,6 +205,8 @@ int cmd_serve(int argc, char **argv)
         {"grace", required_argument, 0, 'G'},
         {"api-key", required_argument, 0, 'x'},
         {"api-key-file", required_argument, 0, 'X'},
+        {"allowed-origins", required_argument, 0, 'o'},
+        {"allowed-hosts", required_argument, 0, 'n'},
         {"no-request-log", no_argument, 0, 'L'},
         {"quiet", no_argument, 0, 'Q'},
         {"help", no_argument, 0, 'h'},
@@ -324,6 +333,21 @@ int cmd_serve(int argc, char **argv)
         case 'X':
             if (!(o.api_key = read_api_key(cmd, optarg)))
                 return 2;
+            break;
+        case 'o': {
+            char why[200];
+            if (origin_list_check(optarg, why, sizeof why)) {
+                char msg[260];
+                snprintf(msg, sizeof msg, "--allowed-origins: %s", why);
+                return cli_usage_error(cmd, msg);
+            }
+            o.allowed_origins = optarg;
+            break;
+        }
+        case 'n':
+            if (!*optarg || strspn(optarg, ", ") == strlen(optarg))
+                return cli_usage_error(cmd, "--allowed-hosts: the list is empty");
+            o.allowed_hosts = optarg;
             break;
         case 'L': o.log_requests = 0; break;
         case 'Q': o.quiet = 1; break;

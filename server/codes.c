@@ -4,7 +4,9 @@
 #include <string.h>
 
 static const ifl_code_info CODES[] = {
-    [IFL_CODE_INVALID_JSON] = {"invalid_json", 400, "the text frame is not JSON"},
+    [IFL_CODE_INVALID_JSON] = {"invalid_json", 400,
+                               "the text frame is not one JSON value (raw control characters "
+                               "in strings refused)"},
     [IFL_CODE_INVALID_MESSAGE] = {"invalid_message", 400,
                                   "the JSON is not an object, has a field twice, or a string "
                                   "holds U+0000"},
@@ -34,6 +36,9 @@ static const ifl_code_info CODES[] = {
     [IFL_CODE_ENGINE_ERROR] = {"engine_error", 500, "the engine failed while running the request"},
     [IFL_CODE_UNAUTHORIZED] = {"unauthorized", 401,
                                "the server has an API key (--api-key) and the request lacks it"},
+    [IFL_CODE_FORBIDDEN] = {"forbidden", 403,
+                            "the page's Origin or the Host is not one this server answers "
+                            "(--allowed-origins, --allowed-hosts)"},
 };
 
 _Static_assert(sizeof CODES / sizeof CODES[0] == IFL_N_CODES, "codes.c: one entry per ifl_code");

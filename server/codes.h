@@ -28,6 +28,7 @@ typedef enum {
     IFL_CODE_OUT_OF_MEMORY,
     IFL_CODE_ENGINE_ERROR,
     IFL_CODE_UNAUTHORIZED,
+    IFL_CODE_FORBIDDEN,
     IFL_N_CODES
 } ifl_code;
 

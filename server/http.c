@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "http_api.h"
+#include "origin.h"
 #include "service.h"
 #include "sha256.h"
 #include "util.h"
@@ -27,6 +28,29 @@ typedef struct {
     history_job job;
     bridge_item answer;
 } http_job;
+
+int srv_refusal(const server *s, struct lws *wsi, int origin, char *why, size_t cap)
+{
+    char host[256], org[256];
+    int hn = lws_hdr_copy(wsi, host, sizeof host, WSI_TOKEN_HOST);
+    if (hn <= 0)
+        host[0] = 0;
+    if (!host_allowed(s->o->host, s->o->allowed_hosts, host)) {
+        snprintf(why, cap, "Host %.60s is not a name of this server (--allowed-hosts)", host);
+        return 1;
+    }
+    if (!origin)
+        return 0;
+    int on = lws_hdr_copy(wsi, org, sizeof org, WSI_TOKEN_ORIGIN);
+    if (on == 0 || (on < 0 && !lws_hdr_total_length(wsi, WSI_TOKEN_ORIGIN)))
+        return 0; /* no Origin: not a browser page */
+    if (on < 0 || !origin_allowed(s->o->allowed_origins, org, host)) {
+        snprintf(why, cap, "origin %.60s is not allowed (--allowed-origins)",
+                 on < 0 ? "(too long)" : org);
+        return 1;
+    }
+    return 0;
+}
 
 /* The request carries the server's API key (or there is none): "Authorization: Bearer KEY", or
  * with url_arg also ?api_key=KEY (a browser's WebSocket cannot set headers). Compared in time
@@ -357,6 +381,28 @@ static int http_metrics(server *s, srv_conn *c, struct lws *wsi, int head_only)
                         sb_steal(&sb), n, head_only, NULL, NULL);
 }
 
+/* 403: the Host or the page's Origin is not allowed (srv_refusal), in the shape of the API asked
+ * (OpenAI's under /v1, Triton's under /v2, {"error"} elsewhere). */
+static int http_forbidden(server *s, srv_conn *c, struct lws *wsi, const char *path,
+                          const char *why, int head_only)
+{
+    metrics_count_error(&s->m, IFL_CODE_FORBIDDEN);
+    strbuf sb;
+    sb_init(&sb, 0);
+    if (!strncmp(path, "/v1/", 4)) {
+        openai_write_error(&sb, HTTP_STATUS_FORBIDDEN, IFL_CODE_FORBIDDEN, NULL, why, 0);
+    } else if (!strncmp(path, "/v2", 3)) {
+        http_req_info none = {.api = HTTP_API_TRITON};
+        triton_write_error(&sb, &none, IFL_CODE_FORBIDDEN, why, 0);
+    } else {
+        sb_puts(&sb, "{\"error\":");
+        sb_json_str(&sb, why, strlen(why));
+        sb_puts(&sb, "}");
+    }
+    c->http_close_after = 1;
+    return http_respond_json(c, wsi, HTTP_STATUS_FORBIDDEN, &sb, head_only, NULL, NULL);
+}
+
 /* 401: the API key is missing or wrong (OpenAI's shape, or Triton's {"error"}). */
 int http_unauthorized(server *s, srv_conn *c, struct lws *wsi, int openai)
 {
@@ -414,6 +460,9 @@ static int http_request(server *s, srv_conn *c, struct lws *wsi, const char *pat
     int is_get = lws_hdr_total_length(wsi, WSI_TOKEN_GET_URI) > 0;
     int is_head = lws_hdr_total_length(wsi, WSI_TOKEN_HEAD_URI) > 0;
     int is_post = lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI) > 0;
+    char why[124];
+    if (srv_refusal(s, wsi, is_post, why, sizeof why))
+        return http_forbidden(s, c, wsi, path, why, is_head);
     if (is_post && http_gen_is_path(path))
         return http_gen_begin(s, c, wsi, path);
     if (http_gen_is_path(path) && !is_post) {

@@ -41,14 +41,16 @@ typedef struct {
     int log_requests; /* one line per request on stderr */
     int quiet;        /* only errors */
     /* the request log (SQLite) */
-    const char *db_path;     /* NULL: no log */
-    int32_t db_flush_ms;     /* writer interval (default 200) */
-    int32_t db_queue;        /* records waiting at most (default 100000) */
-    double retain_days;      /* 0: keep */
-    int64_t retain_requests; /* 0: keep */
-    const char *history;     /* "own" (default), "all", "off" */
-    double grace_s;          /* on SIGTERM/SIGINT: how long running requests may finish */
-    const char *api_key;     /* NULL: open; else /v1, /v2 generation and /ws need it (Bearer) */
+    const char *db_path;         /* NULL: no log */
+    int32_t db_flush_ms;         /* writer interval (default 200) */
+    int32_t db_queue;            /* records waiting at most (default 100000) */
+    double retain_days;          /* 0: keep */
+    int64_t retain_requests;     /* 0: keep */
+    const char *history;         /* "own" (default), "all", "off" */
+    double grace_s;              /* on SIGTERM/SIGINT: how long running requests may finish */
+    const char *api_key;         /* NULL: open; else /v1, /v2 generation and /ws need it (Bearer) */
+    const char *allowed_origins; /* more page origins than the same one (origin.h); "*": any */
+    const char *allowed_hosts;   /* Host names answered besides loopback's (origin.h); "*": any */
 } ifl_server_opts;
 
 void ifl_server_opts_default(ifl_server_opts *o);

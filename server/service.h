@@ -68,6 +68,7 @@ typedef struct srv_conn {
     char user_hash[65];
     char user_agent[160];
     int api_key_missing; /* --api-key is set and the upgrade did not present it */
+    char refused[120];   /* the upgrade's Origin or Host is not allowed: the close reason */
     /* HTTP: the response being written */
     char *http_body;
     size_t http_len, http_sent;
@@ -130,6 +131,9 @@ void http_on_history_done(void *ud, history_job *job); /* history thread: into t
 /* --api-key: the request presents it (Authorization: Bearer; url_arg: also ?api_key=), or the
  * server has none. */
 int srv_api_key_ok(const server *s, struct lws *wsi, int url_arg);
+/* The request's Host (and with origin its Origin) against --allowed-hosts / --allowed-origins
+ * (origin.h): 0 if it may go on, else 1 with why filled (for a close reason: under 120 bytes). */
+int srv_refusal(const server *s, struct lws *wsi, int origin, char *why, size_t cap);
 int http_unauthorized(server *s, srv_conn *c, struct lws *wsi, int openai); /* the 401 answer */
 /* http_v2.c: GET/HEAD of a path under /v2 (service thread) */
 int http_v2(server *s, srv_conn *c, struct lws *wsi, const char *path, int head_only);

@@ -302,7 +302,10 @@ static int on_filter(srv_conn *c, struct lws *wsi)
         snprintf(c->user_hash, sizeof c->user_hash, "!"); /* refused at ESTABLISHED */
     if (lws_hdr_copy(wsi, c->user_agent, sizeof c->user_agent, WSI_TOKEN_HTTP_USER_AGENT) < 0)
         c->user_agent[0] = 0;
-    c->api_key_missing = !srv_api_key_ok(lws_context_user(lws_get_context(wsi)), wsi, 1);
+    const server *s = lws_context_user(lws_get_context(wsi));
+    c->api_key_missing = !srv_api_key_ok(s, wsi, 1);
+    if (!srv_refusal(s, wsi, 1, c->refused, sizeof c->refused))
+        c->refused[0] = 0;
     return 0;
 }
 
@@ -328,7 +331,10 @@ static void on_established(server *s, srv_conn *c, struct lws *wsi)
                                  .at_ms = ifl_db_now_ms()};
         ifl_dblog_session_open(s->log.db, &rec);
     }
-    if (c->api_key_missing) {
+    if (c->refused[0]) { /* closed before any message of the page is read */
+        metrics_count_error(&s->m, IFL_CODE_FORBIDDEN);
+        close_now(s, c, LWS_CLOSE_STATUS_POLICY_VIOLATION, c->refused);
+    } else if (c->api_key_missing) {
         metrics_count_error(&s->m, IFL_CODE_UNAUTHORIZED);
         close_now(s, c, LWS_CLOSE_STATUS_POLICY_VIOLATION,
                   "this server needs an API key: Authorization: Bearer KEY or /ws?api_key=KEY");

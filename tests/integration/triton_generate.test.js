@@ -181,7 +181,7 @@ function chunkedRequest(url, json, size, extraHeaders = '') {
     const part = b.subarray(i, i + size);
     body += `${part.length.toString(16)}\r\n${part.toString('latin1')}\r\n`;
   }
-  return `POST ${url} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n${extraHeaders}` +
+  return `POST ${url} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n${extraHeaders}` +
     `Transfer-Encoding: chunked\r\n\r\n${body}0\r\n\r\n`;
 }
 
@@ -247,7 +247,7 @@ async function checkChunked(srv) {
 
 // Framings refused: none (411), both, another coding, malformed, oversized; each closes.
 async function badFraming(srv, url) {
-  const head = `POST ${url} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n`;
+  const head = `POST ${url} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n`;
   const cases = [
     [`${head}\r\n{"text_input":"Hi"}`, 411, /needs a Content-Length or Transfer-Encoding: chunked/],
     [`${head}Content-Length: 19\r\nTransfer-Encoding: chunked\r\n\r\n13\r\n{"text_input":"Hi"}\r\n0\r\n\r\n`, 400, /both Content-Length and Transfer-Encoding/],
@@ -419,7 +419,7 @@ async function checkInterleave(srv, sub) {
 // without an answer) and a slow body that holds nothing else up.
 async function checkHygiene(srv) {
   const port = srv.port;
-  const get = (extra, q = '') => L.rawHttp(port, `GET /v2/health/live${q} HTTP/1.1\r\nHost: x\r\n${extra}Connection: close\r\n\r\n`);
+  const get = (extra, q = '') => L.rawHttp(port, `GET /v2/health/live${q} HTTP/1.1\r\nHost: 127.0.0.1\r\n${extra}Connection: close\r\n\r\n`);
   L.eq((await get('', `?${'a'.repeat(6000)}`)).status, 200, 'a 6000-byte query');
   L.eq((await get('', `?${'a'.repeat(9000)}`)).status, 0, 'a 9000-byte query: closed without an answer');
   L.eq((await get(`X-Big: ${'b'.repeat(7000)}\r\n`)).status, 200, 'a 7000-byte header');
@@ -431,7 +431,7 @@ async function checkHygiene(srv) {
   let aText = '';
   a.on('data', (d) => { aText += d.toString('latin1'); });
   await new Promise((r) => a.on('connect', r));
-  a.write(`POST /v2/models/simple-gpt2/generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n` +
+  a.write(`POST /v2/models/simple-gpt2/generate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n` +
     `Content-Length: ${body.length}\r\nConnection: close\r\n\r\n${body.slice(0, 10)}`);
   const b = await post(port, '/v2/models/iterative-gpt2/generate', { text_input: 'Meanwhile', max_tokens: 2 });
   L.eq(b.status, 200, 'a request answered while another body is half sent');

@@ -119,7 +119,7 @@ L.main('triton_probes', async () => {
   const live = await L.httpRequest(srv.port, '/v2/health/live');
   L.eq(live.status, 200, 'GET /v2/health/live while stopping');
   const body = '{"text_input":"Hello","max_tokens":2}';
-  const gen = await L.rawHttp(srv.port, `POST /v2/models/iterative-gpt2/generate HTTP/1.1\r\nHost: x\r\n` +
+  const gen = await L.rawHttp(srv.port, `POST /v2/models/iterative-gpt2/generate HTTP/1.1\r\nHost: 127.0.0.1\r\n` +
     `Content-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`);
   L.eq(gen.status, 503, 'POST generate while stopping');
   L.check(/"error":"the server is shutting down"/.test(gen.text), `POST generate while stopping: ${gen.text.slice(-120)}`);
