@@ -48,7 +48,8 @@ typedef struct {
     const char *policy;
     const char *api; /* "ws", "openai", "triton" (NULL: ws) */
     const char *prompt;
-    size_t prompt_len;
+    size_t prompt_len;    /* of prompt, which may be only the start of it (refused requests) */
+    int64_t prompt_bytes; /* the whole prompt's length in bytes */
     const char *params_json;
     int32_t prompt_tokens; /* -1: unknown (refused before tokenizing) */
     int32_t completion_tokens;

@@ -12,9 +12,9 @@ const char *const DBLOG_SQL[N_ST] = {
     "UPDATE sessions SET closed_at = ?2, close_reason = ?3 WHERE session = ?1",
     "INSERT INTO requests (session_id, client_id, policy, prompt, params, prompt_tokens, "
     "completion_tokens, completion, finish_reason, error_code, queued_at, admitted_at, "
-    "first_token_at, finished_at, queue_ms, ttft_ms, total_ms, tokens_per_s, api) VALUES ("
-    "(SELECT id FROM sessions WHERE session = ?1), ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, "
-    "?13, ?14, ?15, ?16, ?17, ?18, ?19)",
+    "first_token_at, finished_at, queue_ms, ttft_ms, total_ms, tokens_per_s, api, prompt_bytes) "
+    "VALUES ((SELECT id FROM sessions WHERE session = ?1), ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, "
+    "?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
     "INSERT INTO request_tokens (request_id, n_tokens, offsets_us) VALUES (?1, ?2, ?3)",
     "INSERT INTO steps (at, policy, step, batch_size, prefill_tokens, decode_tokens, step_ms, "
     "running, waiting, kv_used) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
@@ -207,6 +207,7 @@ static sqlite3_stmt *bind_request(sqlite3_stmt *const st_all[], const ifl_dblog_
     bind_ms(st, 17, q->total_ms);
     bind_ms(st, 18, q->tokens_per_s);
     bind_str(st, 19, q->api ? q->api : "ws");
+    sqlite3_bind_int64(st, 20, q->prompt_bytes);
     return st;
 }
 

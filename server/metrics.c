@@ -206,6 +206,10 @@ static void render_connections(const metrics *m, strbuf *sb)
               (unsigned long long)m->closed_bad_utf8);
     sb_printf(sb, "inflight_connections_closed_total{reason=\"connection_limit\"} %llu\n",
               (unsigned long long)m->closed_limit);
+    scalar(sb, "inflight_connections_refused_total", "counter",
+           "WebSocket connections closed at once, before hello (Origin, Host, API key, user key, "
+           "loading, stopping, connection limit); counted here, not logged as sessions.",
+           (double)m->connections_refused);
     scalar(sb, "inflight_ws_frames_sent_total", "counter", "WebSocket frames written.",
            (double)m->frames_sent);
     scalar(sb, "inflight_ws_bytes_sent_total", "counter", "WebSocket payload bytes written.",

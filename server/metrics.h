@@ -36,7 +36,7 @@ typedef struct {
     uint64_t api_tokens[3];                     /* generated, by API */
     metrics_hist api_ttft[3];                   /* by API: seconds, arrival to first token */
     metrics_hist api_e2e[3];                    /* by API: seconds, arrival to done */
-    uint64_t tokens[METRICS_N_POLICIES];                     /* generated */
+    uint64_t tokens[METRICS_N_POLICIES];        /* generated */
     uint64_t prompt_tokens[METRICS_N_POLICIES];
     uint64_t steps[METRICS_N_POLICIES];
     metrics_hist ttft[METRICS_N_POLICIES];  /* seconds, arrival to first token */
@@ -49,6 +49,7 @@ typedef struct {
     /* connections */
     uint64_t connections_total, connections_open;
     uint64_t closed_slow, closed_too_big, closed_bad_utf8, closed_limit;
+    uint64_t connections_refused; /* closed at once, before hello: not logged as sessions */
     uint64_t frames_sent, bytes_sent, step_frames_dropped;
     uint64_t http_requests;
     double start_time_s; /* unix time */

@@ -40,6 +40,7 @@ static ifl_dblog_request base_record(const reqlog *lg, const srv_req *r, char se
         .api = req_api_name(r->api),
         .prompt = r->prompt ? r->prompt : "",
         .prompt_len = r->prompt ? r->prompt_len : 0,
+        .prompt_bytes = r->prompt ? (int64_t)r->prompt_len : 0,
         .params_json = r->params,
         .prompt_tokens = r->prompt_tokens,
         .completion = sb_text(&r->completion) ? sb_text(&r->completion) : "",
@@ -96,6 +97,14 @@ void reqlog_refused(reqlog *lg, const srv_req *r, ifl_code code)
     char session[17];
     ifl_dblog_request q = base_record(lg, r, session);
     q.error_code = ifl_code_name(code);
+    /* refusals cost the sender nothing: keep the start of the prompt, not all of it (the length
+     * stays in prompt_bytes); cut at a character boundary, so the text stays UTF-8 */
+    if (q.prompt_len > REQLOG_REFUSED_PROMPT_BYTES) {
+        size_t n = REQLOG_REFUSED_PROMPT_BYTES;
+        while (n > 0 && ((unsigned char)q.prompt[n] & 0xC0) == 0x80)
+            n--;
+        q.prompt_len = n;
+    }
     ifl_dblog_request_done(lg->db, &q);
 }
 

@@ -32,6 +32,8 @@ void reqlog_finished(reqlog *lg, const srv_req *r, const ifl_event *done, const 
                      int owner_gone);
 
 /* A request refused after its message was understood, with its code. */
+/* The most of a refused request's prompt the log keeps (its whole length goes in prompt_bytes). */
+#define REQLOG_REFUSED_PROMPT_BYTES 256
 void reqlog_refused(reqlog *lg, const srv_req *r, ifl_code code);
 
 /* A step: kept at most once per policy every 100 ms. */

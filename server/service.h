@@ -69,6 +69,7 @@ typedef struct srv_conn {
     char user_agent[160];
     int api_key_missing; /* --api-key is set and the upgrade did not present it */
     char refused[120];   /* the upgrade's Origin or Host is not allowed: the close reason */
+    int session_logged;  /* its session row was written (not for a connection refused at once) */
     /* HTTP: the response being written */
     char *http_body;
     size_t http_len, http_sent;

@@ -322,38 +322,45 @@ static void on_established(server *s, srv_conn *c, struct lws *wsi)
     s->m.connections_total++;
     s->m.connections_open = (uint64_t)s->n_conns;
     int bad_key = !strcmp(c->user_hash, "!");
+    char why[120];
+    const char *refuse = NULL;
+    int code = LWS_CLOSE_STATUS_POLICY_VIOLATION;
+    if (c->refused[0]) { /* closed before any message of the page is read */
+        metrics_count_error(&s->m, IFL_CODE_FORBIDDEN);
+        refuse = c->refused;
+    } else if (c->api_key_missing) {
+        metrics_count_error(&s->m, IFL_CODE_UNAUTHORIZED);
+        refuse = "this server needs an API key: Authorization: Bearer KEY or /ws?api_key=KEY";
+    } else if (bad_key) {
+        refuse = "the user key must be 16 to 64 characters of A-Z a-z 0-9 _ -";
+    } else if (s->stopping) {
+        code = LWS_CLOSE_STATUS_GOINGAWAY;
+        refuse = "server shutting down";
+    } else if (!atomic_load(&s->ready)) {
+        code = CLOSE_TRY_AGAIN_LATER;
+        refuse = "not ready: the model is loading";
+    } else if (s->n_conns > s->o->max_connections) {
+        snprintf(why, sizeof why, "too many connections (limit %d): try again later",
+                 s->o->max_connections);
+        s->m.closed_limit++;
+        code = CLOSE_TRY_AGAIN_LATER;
+        refuse = why;
+    }
+    if (refuse) { /* counted, not logged: refusals cost the sender nothing, the log a row each */
+        s->m.connections_refused++;
+        close_now(s, c, code, refuse);
+        return;
+    }
     if (s->log.db) {
         ifl_dblog_session rec = {.session = c->owner.session_hex,
-                                 .user_key_sha256 =
-                                     c->user_hash[0] && !bad_key ? c->user_hash : NULL,
+                                 .user_key_sha256 = c->user_hash[0] ? c->user_hash : NULL,
                                  .remote_addr = c->peer,
                                  .user_agent = c->user_agent[0] ? c->user_agent : NULL,
                                  .at_ms = ifl_db_now_ms()};
         ifl_dblog_session_open(s->log.db, &rec);
+        c->session_logged = 1;
     }
-    if (c->refused[0]) { /* closed before any message of the page is read */
-        metrics_count_error(&s->m, IFL_CODE_FORBIDDEN);
-        close_now(s, c, LWS_CLOSE_STATUS_POLICY_VIOLATION, c->refused);
-    } else if (c->api_key_missing) {
-        metrics_count_error(&s->m, IFL_CODE_UNAUTHORIZED);
-        close_now(s, c, LWS_CLOSE_STATUS_POLICY_VIOLATION,
-                  "this server needs an API key: Authorization: Bearer KEY or /ws?api_key=KEY");
-    } else if (bad_key) {
-        close_now(s, c, LWS_CLOSE_STATUS_POLICY_VIOLATION,
-                  "the user key must be 16 to 64 characters of A-Z a-z 0-9 _ -");
-    } else if (s->stopping) {
-        close_now(s, c, LWS_CLOSE_STATUS_GOINGAWAY, "server shutting down");
-    } else if (!atomic_load(&s->ready)) {
-        close_now(s, c, CLOSE_TRY_AGAIN_LATER, "not ready: the model is loading");
-    } else if (s->n_conns > s->o->max_connections) {
-        char why[120];
-        snprintf(why, sizeof why, "too many connections (limit %d): try again later",
-                 s->o->max_connections);
-        s->m.closed_limit++;
-        close_now(s, c, CLOSE_TRY_AGAIN_LATER, why);
-    } else {
-        send_hello(s, c);
-    }
+    send_hello(s, c);
 }
 
 /* One frame out per SERVER_WRITEABLE; -1 closes. */
@@ -406,7 +413,7 @@ static void on_closed(server *s, srv_conn *c, struct lws *wsi)
     c->http_body = NULL;
     if (!c->is_ws)
         return;
-    if (s->log.db)
+    if (s->log.db && c->session_logged)
         ifl_dblog_session_close(s->log.db, c->owner.session_hex, ifl_db_now_ms(),
                                 c->close_why[0] ? c->close_why : "connection lost");
     req_owner_gone(&s->rl, &c->owner);

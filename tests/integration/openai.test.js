@@ -188,7 +188,18 @@ function checkLog(db, metrics) {
     'GROUP BY api, finish_reason ORDER BY api, finish_reason');
   // refused by the request layer (after parsing): logged with their code, no finish
   const refused = D.q(db, 'SELECT api, error_code FROM requests WHERE finish_reason IS NULL');
-  L.eq(JSON.stringify(refused), JSON.stringify([{ api: 'openai', error_code: 'out_of_range' }]), 'refused rows (the token id out of range)');
+  L.eq(JSON.stringify(refused), JSON.stringify([{ api: 'openai', error_code: 'out_of_range' }, { api: 'ws', error_code: 'prompt_too_long' }]),
+    'refused rows (the token id out of range, the long prompt)');
+  // a refused request keeps the first 256 bytes of its prompt (cut at a character), the whole
+  // length in prompt_bytes: refusals cost the sender nothing and must not grow the file by a prompt
+  const long = D.q(db, `SELECT length(CAST(prompt AS BLOB)) AS kept, prompt_bytes AS bytes, prompt FROM requests WHERE client_id = 'long-refused'`);
+  L.eq(long.length, 1, 'the long refused request: rows');
+  L.eq(long[0].kept, 254, 'its prompt bytes kept (256 would cut a 3-byte character)');
+  L.eq(long[0].bytes, LONG_PROMPT_BYTES, 'its prompt_bytes');
+  L.eq(long[0].prompt, LONG_PROMPT.slice(0, 2 + 84), 'its prompt: the start, whole characters');
+  const bad = D.q(db, 'SELECT count(*) AS n FROM requests WHERE finish_reason IS NOT NULL AND prompt_bytes != length(CAST(prompt AS BLOB))');
+  L.eq(bad[0].n, 0, 'finished requests whose prompt_bytes is not their prompt\'s length');
+  L.log(`the refused ${LONG_PROMPT_BYTES}-byte prompt: ${long[0].kept} bytes kept, prompt_bytes ${long[0].bytes}; finished rows keep their whole prompt`);
   const want = metrics.samples.filter((x) => x.name === 'inflight_api_requests_total' && x.value > 0)
     .map((x) => ({ api: x.labels.api, finish_reason: x.labels.finish_reason, n: x.value }))
     .sort((a, b) => (a.api + a.finish_reason < b.api + b.finish_reason ? -1 : 1));
@@ -276,6 +287,17 @@ async function checkNoDisclosure(port, hello, served) {
   L.log(`hello model.name ${hello.model.name} (no path); not yours and no such id: both ${none.status} ${none.body}`);
 }
 
+// 'xy' then 1,000 three-byte characters: longer than the model's context, so refused; 256 bytes
+// would end inside the 85th
+const LONG_PROMPT = 'xy' + '\u20ac'.repeat(1000);
+const LONG_PROMPT_BYTES = Buffer.byteLength(LONG_PROMPT);
+
+async function refuseLongPrompt(c) {
+  c.send({ type: 'generate', id: 'long-refused', prompt: LONG_PROMPT, max_tokens: 1 });
+  const e = await c.waitEnd('long-refused');
+  L.check(e.type === 'error' && e.code === 'prompt_too_long', () => `the long prompt: ${JSON.stringify(e)}`);
+}
+
 async function checkHistoryHead(port) {
   const net = require('net');
   for (const p of ['/api/history?user=head-check-user-0001', '/api/requests/1?user=head-check-user-0001']) {
@@ -325,6 +347,7 @@ L.main('openai', async () => {
   L.eq(await tritonOnce(srv.port), 200, 'a Triton request');
   await checkHistoryHead(srv.port);
   await checkNoDisclosure(srv.port, c.hello, served);
+  await refuseLongPrompt(c);
   c.close();
   srv.assertAlive();
   await L.until(async () => (await L.fetchMetrics(srv.port)).maybe('inflight_api_requests_total', { api: 'triton', finish_reason: 'length' }) === 1,

@@ -6,7 +6,10 @@
 // API's shape. Bound to loopback, a Host other than localhost / 127.0.0.1 / [::1] (what a
 // DNS-rebinding page sends) gets 403 on every path, /metrics and /api/history included, unless
 // --allowed-hosts names it. /metrics counts the refusals (errors_total{code="forbidden"}).
+// Refused upgrades are counted (inflight_connections_refused_total), not logged as sessions.
+const path = require('path');
 const L = require('./lib');
+const D = require('../db/dblib');
 
 async function wsOutcome(port, headers) {
   const c = await L.Client.connect(port, { name: `ws ${JSON.stringify(headers)}`, wsOptions: { headers } });
@@ -49,7 +52,9 @@ L.main('origin', async () => {
     L.check(re.test(r.stderr), () => `serve ${args.join(' ')}: ${r.stderr}`);
   }
 
-  const srv = await L.startServer(bin, vocab, model, ['--no-request-log']);
+  D.requireSqlite3();
+  const db = path.join(L.tmpDir('origin-db'), 'log.db');
+  const srv = await L.startServer(bin, vocab, model, ['--no-request-log', '--db', db]);
   const self = `127.0.0.1:${srv.port}`;
   const cases = [
     [{}, 'served'],
@@ -62,13 +67,16 @@ L.main('origin', async () => {
     [{ Host: 'attacker.example', Origin: 'http://attacker.example' }, /^closed 1008 Host attacker.example is not a name of this server/],
     [{ Host: `127.0.0.1.evil.example:${srv.port}` }, /^closed 1008 Host/],
   ];
-  let refused = 0;
+  let refused = 0, served = 0;
   for (const [headers, want] of cases) {
     const got = await wsOutcome(srv.port, headers);
     L.check(typeof want === 'string' ? got === want : want.test(got), () => `upgrade ${JSON.stringify(headers)}: ${got}`);
     if (got !== 'served') refused++;
+    else served++;
     L.log(`upgrade ${JSON.stringify(headers)} -> ${got}`);
   }
+
+  const wsRefused = refused;
 
   // HTTP: the Host check on every path; the Origin check on the generation POSTs
   for (const p of ['/metrics', '/api/history', '/', '/healthz']) {
@@ -91,10 +99,14 @@ L.main('origin', async () => {
   const o4 = await post(srv.port, '/v1/completions', {});
   L.eq(o4.status, 200, 'POST /v1/completions with no Origin');
   const m = await L.fetchMetrics(srv.port);
+  L.eq(m.get('inflight_connections_refused_total'), wsRefused, 'connections_refused_total (the refused upgrades)');
   L.eq(m.get('inflight_errors_total', { code: 'forbidden' }), refused, 'errors_total{code="forbidden"}');
   L.log(`HTTP: Host attacker.example -> 403 on 4 paths; foreign-Origin POSTs -> 403 (OpenAI code forbidden, Triton {"error"}); same origin and none -> 200; ${refused} refusals counted`);
   srv.assertAlive();
   await srv.stop();
+  // sessions: the served upgrades and the two served POSTs' connections, none of the refused
+  L.eq(D.scalar(db, 'SELECT count(*) FROM sessions'), served + 2, 'sessions in the log');
+  L.log(`the log holds ${served + 2} sessions: ${served} served upgrades and 2 POST connections; the ${wsRefused} refused upgrades are only counted`);
 
   // --allowed-origins and --allowed-hosts widen the checks
   const srv2 = await L.startServer(bin, vocab, model, ['--no-request-log',
