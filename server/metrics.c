@@ -206,6 +206,10 @@ static void render_connections(const metrics *m, strbuf *sb)
               (unsigned long long)m->closed_bad_utf8);
     sb_printf(sb, "inflight_connections_closed_total{reason=\"connection_limit\"} %llu\n",
               (unsigned long long)m->closed_limit);
+    scalar(sb, "inflight_ws_receive_buffer_bytes", "gauge",
+           "Bytes of the WebSocket connections' receive buffers (4 KiB kept per connection that "
+           "has received; a larger one is freed after its message).",
+           (double)m->rx_buffer_bytes);
     scalar(sb, "inflight_connections_refused_total", "counter",
            "WebSocket connections closed at once, before hello (Origin, Host, API key, user key, "
            "loading, stopping, connection limit); counted here, not logged as sessions.",

@@ -198,6 +198,9 @@ static int close_from_receive(server *s, srv_conn *c, struct lws *wsi, int code,
     return -1;
 }
 
+/* The receive buffer's first size, kept between messages; larger ones are freed after use. */
+#define RX_KEEP_BYTES 4096
+
 /* Appends a fragment; 1 when a whole message is in c->rx, 0 for more to come, -1 to close. */
 static int reassemble(server *s, srv_conn *c, struct lws *wsi, const char *in, size_t len)
 {
@@ -212,12 +215,13 @@ static int reassemble(server *s, srv_conn *c, struct lws *wsi, const char *in, s
         return close_from_receive(s, c, wsi, LWS_CLOSE_STATUS_MESSAGE_TOO_LARGE, why);
     }
     if (c->rx_len + len + 1 > c->rx_cap) {
-        size_t cap = c->rx_cap ? c->rx_cap : 4096;
+        size_t cap = c->rx_cap ? c->rx_cap : RX_KEEP_BYTES;
         while (cap < c->rx_len + len + 1)
             cap *= 2;
         char *p = realloc(c->rx, cap);
         if (!p)
             return -1;
+        s->m.rx_buffer_bytes += cap - c->rx_cap;
         c->rx = p;
         c->rx_cap = cap;
     }
@@ -225,6 +229,18 @@ static int reassemble(server *s, srv_conn *c, struct lws *wsi, const char *in, s
     c->rx_len += len;
     c->rx[c->rx_len] = 0;
     return lws_is_final_fragment(wsi) && !lws_remaining_packet_payload(wsi);
+}
+
+/* After a whole message: a receive buffer grown past the first size is given back, so that one
+ * large message does not cost its connection that much memory for the rest of its life. */
+static void rx_shrink(server *s, srv_conn *c)
+{
+    if (c->rx_cap <= RX_KEEP_BYTES)
+        return;
+    s->m.rx_buffer_bytes -= c->rx_cap;
+    free(c->rx);
+    c->rx = NULL;
+    c->rx_cap = 0;
 }
 
 static int on_receive(server *s, srv_conn *c, struct lws *wsi, const char *in, size_t len)
@@ -241,6 +257,7 @@ static int on_receive(server *s, srv_conn *c, struct lws *wsi, const char *in, s
         snprintf(msg, sizeof msg,
                  "binary frames are not understood (got %zu bytes): send JSON text frames", n);
         send_error(s, c, NULL, IFL_CODE_BINARY_FRAME, msg);
+        rx_shrink(s, c);
         return 0;
     }
     if (!ifl_utf8_valid(c->rx, n)) {
@@ -249,6 +266,7 @@ static int on_receive(server *s, srv_conn *c, struct lws *wsi, const char *in, s
                                   "text frame is not valid UTF-8");
     }
     handle_message(s, c, c->rx, n);
+    rx_shrink(s, c);
     return 0;
 }
 
@@ -418,8 +436,10 @@ static void on_closed(server *s, srv_conn *c, struct lws *wsi)
                                 c->close_why[0] ? c->close_why : "connection lost");
     req_owner_gone(&s->rl, &c->owner);
     free_outbox(c);
+    s->m.rx_buffer_bytes -= c->rx_cap;
     free(c->rx);
     c->rx = NULL;
+    c->rx_cap = 0;
     for (srv_conn **pp = &s->conns; *pp; pp = &(*pp)->next)
         if (*pp == c) {
             *pp = c->next;

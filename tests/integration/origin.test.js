@@ -6,7 +6,9 @@
 // API's shape. Bound to loopback, a Host other than localhost / 127.0.0.1 / [::1] (what a
 // DNS-rebinding page sends) gets 403 on every path, /metrics and /api/history included, unless
 // --allowed-hosts names it. /metrics counts the refusals (errors_total{code="forbidden"}).
-// Refused upgrades are counted (inflight_connections_refused_total), not logged as sessions.
+// Refused upgrades are counted (inflight_connections_refused_total), not logged as sessions. And
+// what a connection costs after a large message: its receive buffer is freed once the message is
+// handled (inflight_ws_receive_buffer_bytes), 4 KiB kept for small ones.
 const path = require('path');
 const L = require('./lib');
 const D = require('../db/dblib');
@@ -125,6 +127,25 @@ L.main('origin', async () => {
   }
   const h = await L.httpRequest(srv2.port, '/metrics', { headers: { Host: 'inflight.internal' } });
   L.eq(h.status, 200, 'GET /metrics with an --allowed-hosts name');
+
+  // a 60,000-byte message, then a small one, on one connection: the buffer the large one needed
+  // (64 KiB) is not kept
+  const rxBytes = async () => (await L.fetchMetrics(srv2.port)).get('inflight_ws_receive_buffer_bytes');
+  await L.until(async () => (await rxBytes()) === 0, 10000, 'receive buffers at 0 with every connection closed');
+  const big = await L.Client.open(srv2.port, { name: 'big message' });
+  const msg = JSON.stringify({ type: 'generate', id: 'big', prompt: 'Hello', max_tokens: 1 });
+  big.send(msg.slice(0, -1) + ' '.repeat(60000 - msg.length) + '}');
+  L.eq((await big.waitEnd('big')).type, 'done', 'the 60,000-byte message');
+  const afterBig = await rxBytes();
+  big.send({ type: 'generate', id: 'small', prompt: 'Hello', max_tokens: 1 });
+  L.eq((await big.waitEnd('small')).type, 'done', 'the small message');
+  const afterSmall = await rxBytes();
+  L.eq(afterBig, 0, 'receive buffer bytes after the 60,000-byte message');
+  L.eq(afterSmall, 4096, 'receive buffer bytes after a small message');
+  big.close();
+  await big.closed;
+  await L.until(async () => (await rxBytes()) === 0, 10000, 'receive buffers back to 0 after the close');
+  L.log(`receive buffer: ${afterBig} bytes held after a 60,000-byte message (64 KiB needed), ${afterSmall} after a small one, 0 after the close`);
   srv2.assertAlive();
   await srv2.stop();
 });
