@@ -206,6 +206,8 @@ static void render_connections(const metrics *m, strbuf *sb)
               (unsigned long long)m->closed_bad_utf8);
     sb_printf(sb, "inflight_connections_closed_total{reason=\"connection_limit\"} %llu\n",
               (unsigned long long)m->closed_limit);
+    sb_printf(sb, "inflight_connections_closed_total{reason=\"invalid_close_frame\"} %llu\n",
+              (unsigned long long)m->closed_bad_close);
     scalar(sb, "inflight_ws_receive_buffer_bytes", "gauge",
            "Bytes of the WebSocket connections' receive buffers (4 KiB kept per connection that "
            "has received; a larger one is freed after its message).",

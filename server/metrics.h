@@ -48,7 +48,7 @@ typedef struct {
     uint64_t errors[IFL_N_CODES]; /* by code (codes.h): every code is a series from the start */
     /* connections */
     uint64_t connections_total, connections_open;
-    uint64_t closed_slow, closed_too_big, closed_bad_utf8, closed_limit;
+    uint64_t closed_slow, closed_too_big, closed_bad_utf8, closed_limit, closed_bad_close;
     uint64_t connections_refused; /* closed at once, before hello: not logged as sessions */
     uint64_t rx_buffer_bytes;     /* receive buffers the WebSocket connections hold */
     uint64_t frames_sent, bytes_sent, step_frames_dropped;

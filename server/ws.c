@@ -409,19 +409,45 @@ static int on_writeable(server *s, srv_conn *c, struct lws *wsi)
     return 0;
 }
 
-/* What the peer's close frame said, for the log (kept only if it is UTF-8). */
-static void on_peer_close(srv_conn *c, const unsigned char *p, size_t len)
+/* A close code a peer may send (RFC 6455 7.4, and the IANA registry: 1012-1014 came later):
+ * 1005, 1006 and 1015 are only reported locally, never sent. */
+static int close_code_valid(int code)
 {
-    if (!c || c->close_why[0])
-        return;
+    return (code >= 1000 && code <= 1003) || (code >= 1007 && code <= 1014) ||
+           (code >= 3000 && code <= 4999);
+}
+
+/* The peer's close frame: 0 to answer it (the echo), -1 to fail the connection (RFC 6455 7.1.7:
+ * no echo) when it is malformed: one byte, a code that may not be sent, or a reason that is not
+ * UTF-8. What it said is kept for the log. */
+static int on_peer_close(server *s, srv_conn *c, struct lws *wsi, const unsigned char *p,
+                         size_t len)
+{
     int code = len >= 2 ? (p[0] << 8) | p[1] : 1005;
+    int bad = len == 1 || (len >= 2 && !close_code_valid(code)) ||
+              (len > 2 && !ifl_utf8_valid((const char *)p + 2, len - 2));
+    if (bad) {
+        s->m.closed_bad_close++;
+        lws_close_reason(wsi, LWS_CLOSE_STATUS_PROTOCOL_ERR, (unsigned char *)"invalid close frame",
+                         19);
+    }
+    if (!c || c->close_why[0])
+        return bad ? -1 : 0;
+    if (bad) {
+        snprintf(c->close_why, sizeof c->close_why, "client sent an invalid close frame (%s)",
+                 len == 1                  ? "one byte"
+                 : !close_code_valid(code) ? "code"
+                                           : "reason not UTF-8");
+        return -1;
+    }
     int rl = len > 2 ? (int)(len - 2) : 0;
     if (rl > 80)
         rl = 80;
     if (rl && !ifl_utf8_valid((const char *)p + 2, (size_t)rl))
-        rl = 0;
+        rl = 0; /* cut inside a character */
     snprintf(c->close_why, sizeof c->close_why, "client %d%s%.*s", code, rl ? ": " : "", rl,
              rl ? (const char *)p + 2 : "");
+    return 0;
 }
 
 static void on_closed(server *s, srv_conn *c, struct lws *wsi)
@@ -467,7 +493,7 @@ int ws_callback(server *s, struct lws *wsi, enum lws_callback_reasons reason, sr
     case LWS_CALLBACK_ESTABLISHED: on_established(s, c, wsi); return 0;
     case LWS_CALLBACK_RECEIVE: return on_receive(s, c, wsi, in, len);
     case LWS_CALLBACK_SERVER_WRITEABLE: return on_writeable(s, c, wsi);
-    case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE: on_peer_close(c, in, len); return 0;
+    case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE: return on_peer_close(s, c, wsi, in, len);
     case LWS_CALLBACK_CLOSED: on_closed(s, c, wsi); return 0;
     default: return 0;
     }

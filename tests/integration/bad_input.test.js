@@ -344,6 +344,46 @@ L.main('bad_input', async () => {
     await connectionsOpen(srv.port, 2);
     await rawExpectClose(srv.port, what, (r) => r.sendFrame(1, bytes), 1007);
   }
+  // malformed close frames fail the connection (RFC 6455 7.1.7): answered with 1002, never an echo
+  // of the bad code or reason. libwebsockets 4.1.6 itself refuses codes below 1000 and 1004-2999
+  // (1005, 999, 2000 below) before our callback; the server refuses the rest (ours: counted)
+  const mC = await L.fetchMetrics(srv.port);
+  const badClose = [
+    ['close code 5000', Buffer.from([0x13, 0x88]), true],
+    ['close code 1005 (never sent)', Buffer.from([0x03, 0xed]), false],
+    ['close code 999', Buffer.from([0x03, 0xe7]), false],
+    ['close code 2000', Buffer.from([0x07, 0xd0]), false],
+    ['a one-byte close payload', Buffer.from([0x03]), true],
+    ['a close reason that is not UTF-8', Buffer.concat([Buffer.from([0x03, 0xe8]), Buffer.from([0xff, 0xfe])]), true],
+  ];
+  for (const [what, payload] of badClose) {
+    await connectionsOpen(srv.port, 2);
+    const r = await L.RawWs.connect(srv.port);
+    await r.waitFor((s) => s.messages.find((m) => m.type === 'hello'), 15000, 'hello');
+    r.sendFrame(8, payload);
+    const cf = await r.waitClose(15000);
+    L.check(!cf || cf.code === 1002, () => `${what}: the server answered with close ${JSON.stringify(cf)} (want none or 1002)`);
+    L.log(`ok  ${what}: connection failed, ${cf ? `close ${cf.code} ${JSON.stringify(cf.reason)}` : 'no close frame'} (not echoed)`);
+    r.destroy();
+  }
+  await L.until(async () => (await L.fetchMetrics(srv.port)).get('inflight_connections_closed_total', { reason: 'invalid_close_frame' }) -
+    mC.get('inflight_connections_closed_total', { reason: 'invalid_close_frame' }) === badClose.filter((b) => b[2]).length,
+  10000, 'the invalid close frames the server refused counted');
+  // valid ones are echoed: 1000, 1001, 3000 and 4000 (registered and private use) with a UTF-8
+  // reason (libwebsockets 4.1.6 answers 1012-1014, registered after RFC 6455, with 1002 itself)
+  for (const code of [1000, 1001, 3000, 4000]) {
+    await connectionsOpen(srv.port, 2);
+    const r = await L.RawWs.connect(srv.port);
+    await r.waitFor((s) => s.messages.find((m) => m.type === 'hello'), 15000, 'hello');
+    r.replyClose = false;
+    const p = Buffer.concat([Buffer.from([code >> 8, code & 0xff]), Buffer.from('au revoir, é')]);
+    r.sendFrame(8, p);
+    const cf = await r.waitClose(15000);
+    L.check(cf && cf.code === code, () => `close ${code}: echo ${JSON.stringify(cf)}`);
+    r.destroy();
+  }
+  L.log('ok  valid close frames (1000, 1001, 3000, 4000 with a UTF-8 reason) are echoed');
+
   // invalid UTF-8 split over fragments, on a connection with a request running: closed, request cancelled
   await connectionsOpen(srv.port, 2);
   const mU = await L.fetchMetrics(srv.port);
