@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -282,10 +283,62 @@ static void close_phase(server *s)
 
 /* ---- run ------------------------------------------------------------------------------------ */
 
+/* libwebsockets' warnings and errors, with a line repeated within a second counted instead of
+ * printed (out of descriptors, lws logs "accept: errno 24" for every try: ~70,000 lines in 40 s).
+ * The count is printed with the next line that differs or comes later. */
 static void lws_log_emit(int level, const char *line)
 {
     (void)level;
-    fprintf(stderr, "inflight: lws: %s", line);
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static char last[256];
+    static double last_at;
+    static unsigned long repeated;
+    pthread_mutex_lock(&mu);
+    double now = ifl_now_s();
+    if (!strncmp(line, last, sizeof last - 1) && now - last_at < 1.0) {
+        repeated++;
+    } else {
+        if (repeated)
+            fprintf(stderr, "inflight: lws: (the line above %lu more times in %.1f s)\n", repeated,
+                    now - last_at);
+        fprintf(stderr, "inflight: lws: %s", line);
+        snprintf(last, sizeof last, "%s", line);
+        last_at = now;
+        repeated = 0;
+    }
+    pthread_mutex_unlock(&mu);
+}
+
+/* Descriptors the server needs besides its connections: the listening socket, lws's own, the
+ * request log, the model and vocabulary files while loading, the threads' wake-ups. */
+#define FD_RESERVE 64
+
+/* Every connection is a descriptor: a soft limit below what --max-connections needs is raised,
+ * up to the hard limit (only as far as needed: lws sizes its tables by it), and a
+ * --max-connections the process still cannot hold is lowered to what it can, loudly (running
+ * out of descriptors stalls every client, not only the newest). */
+static void fit_fd_limit(ifl_server_opts *o)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl))
+        return;
+    rlim_t need = (rlim_t)o->max_connections + FD_RESERVE;
+    if (rl.rlim_cur == RLIM_INFINITY || need <= rl.rlim_cur)
+        return;
+    struct rlimit up = {.rlim_cur =
+                            rl.rlim_max == RLIM_INFINITY || need < rl.rlim_max ? need : rl.rlim_max,
+                        .rlim_max = rl.rlim_max};
+    if (!setrlimit(RLIMIT_NOFILE, &up))
+        rl.rlim_cur = up.rlim_cur;
+    if (need <= rl.rlim_cur)
+        return;
+    int32_t fit = rl.rlim_cur > FD_RESERVE + 1 ? (int32_t)(rl.rlim_cur - FD_RESERVE) : 1;
+    fprintf(stderr,
+            "inflight serve: --max-connections %d needs %d file descriptors and this process may "
+            "open %llu (ulimit -n, hard limit %llu): serving at most %d connections\n",
+            o->max_connections, o->max_connections + FD_RESERVE, (unsigned long long)rl.rlim_cur,
+            (unsigned long long)rl.rlim_max, fit);
+    o->max_connections = fit;
 }
 
 /* The request log's writer and the history thread, when --db is given. */
@@ -463,9 +516,11 @@ static void block_stop_signals(int block)
     pthread_sigmask(block ? SIG_BLOCK : SIG_UNBLOCK, &set, NULL);
 }
 
-int ifl_server_run(const ifl_server_opts *o)
+int ifl_server_run(const ifl_server_opts *opts)
 {
     int rc = 1;
+    ifl_server_opts fitted = *opts, *o = &fitted; /* outlives the server */
+    fit_fd_limit(o);
     server *s = server_new(o);
     if (!s) {
         fprintf(stderr, "inflight serve: out of memory\n");
