@@ -308,8 +308,12 @@ static void send_hello(server *s, srv_conn *c)
 static int on_filter(srv_conn *c, struct lws *wsi)
 {
     char uri[64];
-    if (lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI) < 0 || strcmp(uri, "/ws"))
-        return 1; /* upgrades only at /ws */
+    int n = lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI);
+    if (n < 0 || strcmp(uri, "/ws") || (size_t)n != strlen(uri)) { /* upgrades only at /ws */
+        lws_return_http_status(wsi, HTTP_STATUS_NOT_FOUND,
+                               "no WebSocket endpoint at this path: connect to /ws");
+        return 1;
+    }
     if (!c)
         return 1;
     free(c->http_body);

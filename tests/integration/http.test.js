@@ -187,8 +187,8 @@ L.main('http', async () => {
     `a symlink inside the web dir: ${li.status}`);
   L.log(`symlink to a file inside the web dir: ${li.status}`);
 
-  // a WebSocket upgrade anywhere but /ws is refused
-  for (const p of ['/', '/index.html', '/wsx', '/ws/', '/metrics']) {
+  // a WebSocket upgrade anywhere but /ws is refused with 404 (it used to be a closed connection)
+  for (const p of ['/', '/index.html', '/wsx', '/ws/', '/WS', '/metrics']) {
     let opened = false;
     let why = '';
     try {
@@ -199,6 +199,7 @@ L.main('http', async () => {
       why = e.message;
     }
     L.check(!opened, `a WebSocket upgrade at ${p} was accepted`);
+    L.check(/upgrade refused with HTTP 404/.test(why), `a WebSocket upgrade at ${p}: ${why} (want HTTP 404)`);
     L.log(`WebSocket upgrade at ${p}: refused (${why})`);
   }
   // and /ws itself works; its hello names the ISA asked for, as do the start-up line and /metrics
