@@ -196,6 +196,10 @@ static void db_failed(ifl_history *h, history_job *j)
     h->db = NULL;
 }
 
+/* A history page stops at the first row that starts past this many bytes of JSON (at least one
+ * row is sent): next_before continues from there. */
+#define HISTORY_PAGE_BYTES (1 << 20)
+
 /* History thread. */
 static void run_list(ifl_history *h, history_job *j)
 {
@@ -214,7 +218,8 @@ static void run_list(ifl_history *h, history_job *j)
     int n = 0, rc;
     int64_t last_id = 0, more = 0;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (n == j->limit) {
+        /* rows, and bytes: 500 rows of long completions were a 30 MB answer held per client */
+        if (n == j->limit || (n > 0 && sb.len >= HISTORY_PAGE_BYTES)) {
             more = 1;
             break;
         }

@@ -21,7 +21,7 @@ const path = require('path');
 const D = require('./dblib');
 
 const N_REQUESTS = D.QUICK ? 2000 : 4000;
-const COMPLETION_CHARS = 4000; // per row: a page of 500 is ~2 MB of JSON to build
+const COMPLETION_CHARS = 4000; // per row: a page is 1 MiB of JSON to build (the cap: ~205 rows)
 const N_CLIENTS = 48;
 const ROUNDS = D.QUICK ? 3 : 5;
 const LIST = '/api/history?limit=500';
@@ -97,7 +97,8 @@ async function round(bin, vocab, model, db, guard, n) {
   const pageMs = D.now() - t0;
   D.eq(first.status, 200, `round ${n}: GET ${LIST} status`);
   const page = JSON.parse(first.body.toString('utf8'));
-  D.eq(page.requests.length, 500, `round ${n}: requests in a page of ${LIST}`);
+  D.check(page.requests.length > 0 && page.requests.length < 500 && page.next_before !== null,
+    () => `round ${n}: a page of ${LIST}: ${page.requests.length} rows, next_before ${page.next_before} (want the 1 MiB cap to apply)`);
   D.eq(page.requests[0].id, N_REQUESTS, `round ${n}: the newest request first`);
   const clients = Array.from({ length: N_CLIENTS }, (_, i) => hammer(srv.port, i, st));
   const all = Promise.all(clients).catch((e) => {
@@ -118,9 +119,38 @@ async function round(bin, vocab, model, db, guard, n) {
     `after SIGTERM with history jobs in flight${report.length ? ` and reported:\n  ${report.slice(0, 8).join('\n  ')}` : ''}` +
     `\n-- server stderr (tail) --\n${D.tail(srv.stderr, 6000)}`);
   D.check(/inflight serve: stopped/.test(srv.stdout), `round ${n}: no "stopped" line: ${srv.stdout}`);
-  D.log(`round ${n}: a page of 500 took ${pageMs.toFixed(0)} ms; ${st.before.list} pages + ${st.before.one} single requests ` +
+  D.log(`round ${n}: a page (1 MiB) took ${pageMs.toFixed(0)} ms; ${st.before.list} pages + ${st.before.one} single requests ` +
     `answered 200 before the SIGTERM; at the stop ${st.after[200]} x 200, ${st.after[503]} x 503, ${st.after.errors} connections closed; ` +
     `exit 0 ${stopMs.toFixed(0)} ms after the SIGTERM, no sanitizer or lws_guard report`);
+}
+
+// Paging through every row with limit=500: each answer stops once it passes 1 MiB (500 rows of
+// these completions were ~2 MB here, 30 MB with longer ones, held per slow client), and the pages
+// chain through next_before to every row once, newest first.
+async function pageThrough(bin, vocab, model, db) {
+  const srv = await D.startServer(bin, vocab, model, ['--db', db, '--history', 'all', '--no-request-log']);
+  const seen = [];
+  let before = null, pages = 0, biggest = 0, fewest = Infinity;
+  for (;;) {
+    const r = await D.httpRequest(srv.port, `/api/history?limit=500${before ? `&before=${before}` : ''}`);
+    D.eq(r.status, 200, `history page ${pages + 1}: status`);
+    const page = JSON.parse(r.body);
+    const last = page.requests[page.requests.length - 1];
+    const lastBytes = Buffer.byteLength(JSON.stringify(last));
+    D.check(r.body.length - lastBytes < (1 << 20), `history page ${pages + 1}: ${r.body.length} bytes before its last row`);
+    biggest = Math.max(biggest, r.body.length);
+    if (page.next_before !== null) fewest = Math.min(fewest, page.requests.length);
+    for (const q of page.requests) seen.push(q.id);
+    pages++;
+    if (page.next_before === null) break;
+    D.eq(page.next_before, last.id, `history page ${pages}: next_before`);
+    before = page.next_before;
+  }
+  D.eq(seen.length, N_REQUESTS, 'rows over all pages');
+  D.check(seen.every((id, i) => i === 0 || id < seen[i - 1]), 'ids strictly decreasing over the pages');
+  D.check(fewest < 500, `a full page held ${fewest} rows: the byte cap never applied`);
+  D.log(`paging with limit=500: ${pages} pages of at most ${biggest} bytes (${fewest} rows on a full page), ${seen.length} rows once each`);
+  await srv.stop();
 }
 
 D.main('db_shutdown', async () => {
@@ -135,6 +165,7 @@ D.main('db_shutdown', async () => {
   const bytes = buildDb(bin, vocab, db);
   D.log(`request log: ${N_REQUESTS} requests of ${COMPLETION_CHARS}-character completions, ${(bytes / 1e6).toFixed(1)} MB, ` +
     `built in ${(D.now() - t0).toFixed(0)} ms; ${N_CLIENTS} clients, ${ROUNDS} rounds; guard ${guard}`);
+  await pageThrough(bin, vocab, model, db);
   for (let n = 1; n <= ROUNDS; n++) await round(bin, vocab, model, db, guard, n);
   const ic = D.integrityCheck(db);
   D.check(ic.ok, `PRAGMA integrity_check: ${ic.out}`);
