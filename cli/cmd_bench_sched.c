@@ -212,7 +212,7 @@ static int run_profile(ifl_batcher *b, bench_state *bs, const bench_cfg *cfg, be
             r->t_submit = ifl_now_us();
             uint64_t id;
             ifl_err err;
-            ifl_submit_status st = ifl_batcher_submit(b, &rp, &id, &err);
+            ifl_submit_status st = ifl_batcher_submit(b, &rp, &id, NULL, &err);
             if (st != IFL_SUBMIT_OK) {
                 fprintf(stderr, "inflight bench: request %d refused (%s): %s\n", submitted,
                         ifl_submit_status_name(st), err.msg);
@@ -309,7 +309,7 @@ static int submit_one(ifl_batcher *b, const bench_cfg *cfg, req_stat *r, uint64_
     r->t_submit = ifl_now_us();
     uint64_t id;
     ifl_err err;
-    if (ifl_batcher_submit(b, &rp, &id, &err) == IFL_SUBMIT_OK)
+    if (ifl_batcher_submit(b, &rp, &id, NULL, &err) == IFL_SUBMIT_OK)
         return 0;
     fprintf(stderr, "inflight bench: --long-prompt: a request of %d tokens was refused: %s\n", n,
             err.msg);

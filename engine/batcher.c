@@ -78,6 +78,8 @@ static int enqueue(ifl_batcher *b, req *r)
         memset(q, 0, sizeof *q);
         q->session = r->session;
     }
+    if (b->n_waiting == 0)
+        b->backlog_since_us = r->t_queued; /* a backlog starts: admission intervals count */
     r->next = NULL;
     if (q->tail)
         q->tail->next = r;
@@ -277,8 +279,11 @@ static req *req_copy(const ifl_request_params *p)
 }
 
 ifl_submit_status ifl_batcher_submit(ifl_batcher *b, const ifl_request_params *p, uint64_t *id,
-                                     ifl_err *err)
+                                     int32_t *retry_after_ms, ifl_err *err)
 {
+    int32_t retry = 0;
+    if (retry_after_ms)
+        *retry_after_ms = 0;
     ifl_submit_status st = check_request(b, p, err);
     if (st != IFL_SUBMIT_OK)
         return st;
@@ -291,9 +296,9 @@ ifl_submit_status ifl_batcher_submit(ifl_batcher *b, const ifl_request_params *p
     if (b->stopping) {
         st = IFL_SUBMIT_SHUTTING_DOWN;
         ifl_err_set(err, "the %s batcher is shutting down", ifl_batcher_name(b));
-    } else if (b->n_waiting >= b->p.max_queue) {
-        st = IFL_SUBMIT_QUEUE_FULL;
-        ifl_err_set(err, "the %s queue is full (%d waiting)", ifl_batcher_name(b), b->n_waiting);
+    } else if ((st = batcher_queue_room(b, find_session(b, r->session), &retry, err)) !=
+               IFL_SUBMIT_OK) {
+        /* refused: err says why, retry how long to wait */
     } else {
         r->id = atomic_fetch_add(&next_request_id, 1);
         r->t_queued = ifl_now_us();
@@ -310,6 +315,8 @@ ifl_submit_status ifl_batcher_submit(ifl_batcher *b, const ifl_request_params *p
     pthread_mutex_unlock(&b->lock);
     if (st != IFL_SUBMIT_OK)
         batcher_req_free(r);
+    if (retry_after_ms)
+        *retry_after_ms = retry;
     return st;
 }
 

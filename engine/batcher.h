@@ -11,6 +11,21 @@
  * Admission goes round-robin across sessions (the owner of a request: a connection, a user), so
  * one session's 50 queued requests cannot starve another's one.
  *
+ * Shares (batcher_share.c), so that no session locks others out before the queue either:
+ *   the batch  a session alone may fill it; while others run or wait, a slot goes first to a
+ *              session below its share, max_batch / (sessions running or waiting) rounded up.
+ *              Nothing is preempted: a session over its share keeps what runs and gets no more
+ *              until the others are served; a slot no one below their share can take is not
+ *              left idle.
+ *   the queue  the last quarter of max_queue is kept for sessions with nothing waiting, so a
+ *              newcomer is queued unless the whole queue is full; a session with requests waiting
+ *              may hold at most (the other three quarters) / (sessions waiting).
+ *   refusals   IFL_SUBMIT_QUEUE_FULL with a sentence saying which limit, and a suggested wait:
+ *              the smoothed interval between admissions while requests wait, times the
+ *              admissions until a place frees for this session (50 ms to 30 s).
+ * Queue positions are the plain round-robin order: a request of a session below its share may
+ * start sooner than its position says, one of a session above it later.
+ *
  * Threads: ifl_batcher_submit / cancel / cancel_session / stats may be called from any thread. All
  * events reach the caller through one callback: `queued` events are emitted under the queue lock
  * (from the submitting thread, or the batcher thread when positions change), every other event
@@ -140,9 +155,10 @@ ifl_batcher *ifl_batcher_start(ifl_backend *be, const ifl_batcher_params *p, ifl
 void ifl_batcher_stop(ifl_batcher *b);
 
 /* Queues a request. On success *id is set and a queued event has been emitted. On refusal the
- * status says why and err has a sentence for the user; no event is emitted. */
+ * status says why and err has a sentence for the user; no event is emitted. *retry_after_ms
+ * (when not NULL) is the suggested wait before trying again for QUEUE_FULL, else 0. */
 ifl_submit_status ifl_batcher_submit(ifl_batcher *b, const ifl_request_params *p, uint64_t *id,
-                                     ifl_err *err);
+                                     int32_t *retry_after_ms, ifl_err *err);
 
 /* Cancels one request (0 if it was unknown or already done) or all of a session's; a waiting one
  * ends at once, a running one at the end of the step in flight. Returns how many were found. */

@@ -50,6 +50,7 @@ typedef struct {
     uint64_t session;
     req *head, *tail;
     int32_t count;
+    int32_t running; /* its requests running: set by batcher_shares_begin, kept during admission */
 } session_q;
 
 struct ifl_batcher {
@@ -70,6 +71,9 @@ struct ifl_batcher {
     int32_t n_finishing; /* off the running list, done event not yet out */
     int stopping;
     int positions_dirty;
+    int32_t batch_share;        /* batch slots a session may hold while others wait (admission) */
+    uint64_t admit_interval_us; /* smoothed time between admissions while requests wait; 0: none */
+    uint64_t backlog_since_us; /* the last admission (or the first arrival) with requests waiting */
     ifl_batcher_stats stats;
     /* batcher thread only */
     ifl_kv_pool pool;
@@ -101,6 +105,24 @@ req *batcher_peek_next(ifl_batcher *b);
 void batcher_pop_next(ifl_batcher *b);
 /* {lock} Emits a queued event for each waiting request whose position changed. */
 void batcher_publish_positions(ifl_batcher *b);
+
+/* ---- batcher_share.c: the shares (all {lock}) ---------------------------------------------- */
+
+/* The queue places kept for sessions with nothing waiting: a quarter of max_queue. */
+int32_t batcher_queue_reserve(int32_t max_queue);
+/* Whether a request of the session whose queue is q (NULL: nothing of it waits) may join the
+ * queue; when not, the status (QUEUE_FULL), a sentence and the suggested wait. */
+ifl_submit_status batcher_queue_room(const ifl_batcher *b, const session_q *q,
+                                     int32_t *retry_after_ms, ifl_err *err);
+/* Before an admission round: the batch share (max_batch over the sessions running or waiting,
+ * rounded up) and each waiting session's running count. */
+void batcher_shares_begin(ifl_batcher *b);
+/* The request admitted next: round-robin from rr over the sessions below their share, else (none
+ * is) the next in plain round-robin. It becomes the one batcher_pop_next takes (rr points at its
+ * session); NULL when none waits. */
+req *batcher_choose_next(ifl_batcher *b);
+/* After an admission (the request already off the queue): the interval measured for retry_after. */
+void batcher_note_admission(ifl_batcher *b, uint64_t now_us);
 
 /* The thread's body (batcher_loop.c), started by ifl_batcher_start. */
 void *batcher_main(void *arg);

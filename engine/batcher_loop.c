@@ -143,20 +143,26 @@ static void finish_running(ifl_batcher *b, req *r, ifl_finish f, const char *mes
 
 /* Admits waiting requests ({lock} held). Iterative: while there is room in the batch, KV for the
  * request, and token budget left this step. Static: only into an empty batch, up to max_batch.
+ * Which request comes next is batcher_choose_next's: round-robin over sessions, a session at its
+ * share of the batch yielding its turn to one below it.
  * Returns how many were admitted (they are the last entries of `running`). */
 static int32_t admit(ifl_batcher *b, int32_t budget_left)
 {
     if (b->p.policy == IFL_POLICY_STATIC && b->n_running > 0)
         return 0;
     int32_t n = 0;
+    if (b->n_waiting > 0)
+        batcher_shares_begin(b);
     while (b->n_running < b->p.max_batch && b->n_waiting > 0) {
         if (b->p.policy == IFL_POLICY_ITERATIVE && budget_left <= 0)
             break;
-        req *r = batcher_peek_next(b);
+        req *r = batcher_choose_next(b);
         if (ifl_kv_seq_reserve(&r->kv, &b->pool, r->n_prompt + r->max_tokens))
             break; /* no KV now: it stays first in line */
+        b->sq[b->rr].running++;
         batcher_pop_next(b);
         r->t_admitted = ifl_now_us();
+        batcher_note_admission(b, r->t_admitted);
         b->running[b->n_running++] = r;
         budget_left -= r->n_prompt;
         n++;

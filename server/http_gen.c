@@ -64,9 +64,11 @@ static void gen_free(srv_conn *c)
     c->gen = NULL;
 }
 
-/* An error answer in the API's shape, with `status` (close: the connection closes after it). */
-static int gen_error_answer(srv_conn *c, struct lws *wsi, const http_req_info *ri, int status,
-                            ifl_code code, const char *param, const char *msg, int close)
+/* An error answer in the API's shape, with `status` (close: the connection closes after it), and a
+ * Retry-After header in whole seconds, rounded up, when retry_after_ms > 0 (queue_full). */
+static int gen_error_answer_after(srv_conn *c, struct lws *wsi, const http_req_info *ri, int status,
+                                  ifl_code code, const char *param, const char *msg, int close,
+                                  int32_t retry_after_ms)
 {
     strbuf sb;
     sb_init(&sb, 0);
@@ -77,11 +79,21 @@ static int gen_error_answer(srv_conn *c, struct lws *wsi, const http_req_info *r
     gen_free(c);                  /* ri may be c->gen's: written above */
     c->http_close_after |= close; /* a chunked request's connection closes anyway */
     close = c->http_close_after;
+    if (retry_after_ms <= 0 && status == 429)
+        retry_after_ms = 1000; /* too many requests on this connection: a second */
+    char secs[16];
+    snprintf(secs, sizeof secs, "%d", (retry_after_ms + 999) / 1000);
     return http_respond_json(c, wsi, status, &sb, 0,
-                             close           ? "connection:"
-                             : status == 429 ? "retry-after:"
-                                             : NULL,
-                             close ? "close" : "1"); /* 429 (queue full): try again in a second */
+                             close                ? "connection:"
+                             : retry_after_ms > 0 ? "retry-after:"
+                                                  : NULL,
+                             close ? "close" : secs);
+}
+
+static int gen_error_answer(srv_conn *c, struct lws *wsi, const http_req_info *ri, int status,
+                            ifl_code code, const char *param, const char *msg, int close)
+{
+    return gen_error_answer_after(c, wsi, ri, status, code, param, msg, close, 0);
 }
 
 /* ---- the stream ------------------------------------------------------------------------------ */
@@ -239,7 +251,8 @@ static void sink_done(void *fe, const srv_req *r, const req_result *res)
 }
 
 /* A refusal (before any token): the answer is the error. */
-static void sink_error(void *fe, const char *id, ifl_code code, const char *message)
+static void sink_error(void *fe, const char *id, ifl_code code, const char *message,
+                       int32_t retry_after_ms)
 {
     (void)id;
     srv_conn *c = fe;
@@ -259,7 +272,8 @@ static void sink_error(void *fe, const char *id, ifl_code code, const char *mess
         return;
     }
     struct lws *wsi = g->wsi;
-    if (gen_error_answer(c, wsi, &g->ri, ifl_code_get(code)->http_status, code, NULL, message, 0))
+    if (gen_error_answer_after(c, wsi, &g->ri, ifl_code_get(code)->http_status, code, NULL, message,
+                               0, retry_after_ms))
         lws_set_timeout(wsi, PENDING_TIMEOUT_CLOSE_SEND, LWS_TO_KILL_ASYNC);
 }
 
@@ -458,6 +472,7 @@ int http_gen_body(server *s, srv_conn *c, struct lws *wsi, const void *in, size_
 typedef struct {
     uint64_t session;
     int logged; /* its sessions row is written */
+    reqlog_budget refusal_log;
 } http_conn;
 
 /* The request's owner, in its session: the connection's (the batchers' fairness, and the request
@@ -465,23 +480,23 @@ typedef struct {
 static void open_session(server *s, srv_conn *c, struct lws *wsi, const http_req_info *ri)
 {
     uint64_t session;
-    http_conn *hc = NULL;
+    http_conn *hc = lws_get_opaque_user_data(wsi);
+    if (!hc && (hc = calloc(1, sizeof *hc))) {
+        hc->session = req_random_u64(&s->rl);
+        lws_set_opaque_user_data(wsi, hc);
+    }
     if (ri->has_user) {
         session = 1469598103934665603ull; /* FNV-1a of the name */
         for (const char *q = ri->user; *q; q++)
             session = (session ^ (unsigned char)*q) * 1099511628211ull;
     } else {
-        hc = lws_get_opaque_user_data(wsi);
-        if (!hc && (hc = calloc(1, sizeof *hc))) {
-            hc->session = req_random_u64(&s->rl);
-            lws_set_opaque_user_data(wsi, hc);
-        }
         session = hc ? hc->session : req_random_u64(&s->rl);
     }
     req_owner_init(&c->owner, &HTTP_SINK, c, session, 1);
-    if (!s->log.db || (hc && hc->logged))
-        return;
-    if (hc)
+    c->owner.refusal_log = hc ? &hc->refusal_log : NULL;
+    if (!s->log.db || (!ri->has_user && hc && hc->logged))
+        return; /* (a user's session row is written at each request: the log keeps one) */
+    if (hc && !ri->has_user)
         hc->logged = 1;
     lws_get_peer_simple(wsi, c->peer, sizeof c->peer);
     if (lws_hdr_copy(wsi, c->user_agent, sizeof c->user_agent, WSI_TOKEN_HTTP_USER_AGENT) < 0)

@@ -216,6 +216,10 @@ static void render_connections(const metrics *m, strbuf *sb)
            "WebSocket connections closed at once, before hello (Origin, Host, API key, user key, "
            "loading, stopping, connection limit); counted here, not logged as sessions.",
            (double)m->connections_refused);
+    scalar(sb, "inflight_request_log_refusals_skipped_total", "counter",
+           "Refused requests not written to the request log: past their client's budget of "
+           "32 rows, refilled at 4 a second (counted in inflight_errors_total all the same).",
+           (double)m->refusals_not_logged);
     scalar(sb, "inflight_ws_frames_sent_total", "counter", "WebSocket frames written.",
            (double)m->frames_sent);
     scalar(sb, "inflight_ws_bytes_sent_total", "counter", "WebSocket payload bytes written.",

@@ -50,6 +50,7 @@ typedef struct {
     uint64_t connections_total, connections_open;
     uint64_t closed_slow, closed_too_big, closed_bad_utf8, closed_limit, closed_bad_close;
     uint64_t connections_refused; /* closed at once, before hello: not logged as sessions */
+    uint64_t refusals_not_logged; /* refused requests past their client's log budget */
     uint64_t rx_buffer_bytes;     /* receive buffers the WebSocket connections hold */
     uint64_t frames_sent, bytes_sent, step_frames_dropped;
     uint64_t http_requests;

@@ -653,7 +653,8 @@ void proto_write_done(strbuf *sb, const char *id, const req_result *res)
     sb_puts(sb, "}");
 }
 
-void proto_write_error(strbuf *sb, const char *id, ifl_code code, const char *message)
+void proto_write_error(strbuf *sb, const char *id, ifl_code code, const char *message,
+                       int32_t retry_after_ms)
 {
     sb_puts(sb, "{\"type\":\"error\"");
     put_id(sb, id);
@@ -661,6 +662,8 @@ void proto_write_error(strbuf *sb, const char *id, ifl_code code, const char *me
     put_str(sb, ifl_code_name(code));
     sb_puts(sb, ",\"message\":");
     put_str(sb, message);
+    if (retry_after_ms > 0)
+        sb_printf(sb, ",\"retry_after_ms\":%d", retry_after_ms);
     sb_puts(sb, "}");
 }
 

@@ -99,7 +99,9 @@ void proto_write_token(strbuf *sb, const char *id, int32_t index, int32_t token,
                        size_t len);
 void proto_write_done(strbuf *sb, const char *id, const req_result *res);
 /* id NULL: "id":null (the message had no readable id). */
-void proto_write_error(strbuf *sb, const char *id, ifl_code code, const char *message);
+/* retry_after_ms > 0 adds "retry_after_ms" (queue_full's suggested wait) */
+void proto_write_error(strbuf *sb, const char *id, ifl_code code, const char *message,
+                       int32_t retry_after_ms);
 /* A step frame is the same for every subscriber but its last field: write the shared part once
  * with proto_write_step, then per subscriber copy it and close it with proto_write_step_end. */
 void proto_write_step(strbuf *sb, const ifl_step_record *st, double t_ms);

@@ -108,6 +108,21 @@ void reqlog_refused(reqlog *lg, const srv_req *r, ifl_code code)
     ifl_dblog_request_done(lg->db, &q);
 }
 
+int reqlog_budget_take(reqlog_budget *b, uint64_t now_us)
+{
+    if (!b)
+        return 1;
+    if (b->t_us) {
+        double refill = (double)(now_us - b->t_us) * 1e-6 * REQLOG_REFUSALS_PER_S;
+        b->used = b->used > refill ? b->used - refill : 0;
+    }
+    b->t_us = now_us;
+    if (b->used + 1 > REQLOG_REFUSALS_BURST)
+        return 0;
+    b->used += 1;
+    return 1;
+}
+
 void reqlog_step(reqlog *lg, const ifl_step_record *st)
 {
     int pol = (int)st->policy;

@@ -36,6 +36,18 @@ void reqlog_finished(reqlog *lg, const srv_req *r, const ifl_event *done, const 
 #define REQLOG_REFUSED_PROMPT_BYTES 256
 void reqlog_refused(reqlog *lg, const srv_req *r, ifl_code code);
 
+/* How many of one client's refused requests the log keeps: a token bucket of REQLOG_REFUSALS_BURST
+ * rows, refilled at REQLOG_REFUSALS_PER_S (a client that retries a refused request in a tight loop
+ * would otherwise write thousands of rows a second). Zeroed: full. */
+#define REQLOG_REFUSALS_BURST 32
+#define REQLOG_REFUSALS_PER_S 4
+typedef struct reqlog_budget {
+    double used; /* rows taken beyond the refill, 0 .. BURST */
+    uint64_t t_us;
+} reqlog_budget;
+/* 1 when a refusal at now_us may be logged (and takes it); NULL: always. */
+int reqlog_budget_take(reqlog_budget *b, uint64_t now_us);
+
 /* A step: kept at most once per policy every 100 ms. */
 void reqlog_step(reqlog *lg, const ifl_step_record *st);
 

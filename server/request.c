@@ -116,12 +116,23 @@ static ifl_code submit_code(ifl_submit_status st)
 }
 
 /* A request refused after it parsed: the error to its owner, and a row in the log with its code. */
-static void refuse(req_layer *L, req_owner *o, srv_req *r, ifl_code code, const char *msg)
+static void refuse_after(req_layer *L, req_owner *o, srv_req *r, ifl_code code, const char *msg,
+                         int32_t retry_after_ms)
 {
     metrics_count_error(L->m, code);
-    o->sink->error(o->fe, r->id, code, msg);
-    reqlog_refused(L->log, r, code);
+    o->sink->error(o->fe, r->id, code, msg, retry_after_ms);
+    if (!L->log->db)
+        ;
+    else if (reqlog_budget_take(o->refusal_log, ifl_now_us()))
+        reqlog_refused(L->log, r, code);
+    else
+        L->m->refusals_not_logged++;
     req_free(r);
+}
+
+static void refuse(req_layer *L, req_owner *o, srv_req *r, ifl_code code, const char *msg)
+{
+    refuse_after(L, o, r, code, msg, 0);
 }
 
 /* The checks that need the server's and the owner's state; 0 when the request may go on. */
@@ -226,7 +237,7 @@ srv_req *req_submit(req_layer *L, req_owner *o, req_params *p, uint64_t t_arriva
     srv_req *r = req_new(L, o, p, t_arrival);
     if (!r) {
         metrics_count_error(L->m, IFL_CODE_OUT_OF_MEMORY);
-        o->sink->error(o->fe, p->id, IFL_CODE_OUT_OF_MEMORY, "no memory for the request");
+        o->sink->error(o->fe, p->id, IFL_CODE_OUT_OF_MEMORY, "no memory for the request", 0);
         return NULL;
     }
     char *text = p->prompt;
@@ -263,11 +274,12 @@ srv_req *req_submit(req_layer *L, req_owner *o, req_params *p, uint64_t t_arriva
      * and a cancel may follow in the same read */
     owner_add(o, r);
     ifl_err err;
-    ifl_submit_status st = ifl_batcher_submit(L->b[r->policy], &rp, &r->rid, &err);
+    int32_t retry_ms = 0;
+    ifl_submit_status st = ifl_batcher_submit(L->b[r->policy], &rp, &r->rid, &retry_ms, &err);
     ifl_tokens_free(&ids);
     if (st != IFL_SUBMIT_OK) {
         owner_remove(o, r);
-        refuse(L, o, r, submit_code(st), err.msg);
+        refuse_after(L, o, r, submit_code(st), err.msg, retry_ms);
         return NULL;
     }
     return r;
@@ -280,7 +292,7 @@ void req_cancel(req_layer *L, req_owner *o, const char *id)
         char msg[160];
         snprintf(msg, sizeof msg, "no request with id \"%s\" is in flight on this connection", id);
         metrics_count_error(L->m, IFL_CODE_UNKNOWN_ID);
-        o->sink->error(o->fe, id, IFL_CODE_UNKNOWN_ID, msg);
+        o->sink->error(o->fe, id, IFL_CODE_UNKNOWN_ID, msg, 0);
         return;
     }
     ifl_batcher_cancel(L->b[r->policy], r->rid);

@@ -74,17 +74,21 @@ typedef struct {
     void (*token)(void *fe, const srv_req *r, int32_t index, int32_t token, const char *text,
                   size_t len);
     void (*done)(void *fe, const srv_req *r, const req_result *res); /* r is freed after this */
-    /* a request refused (id is its id) or a message that failed: id NULL when unknown */
-    void (*error)(void *fe, const char *id, ifl_code code, const char *message);
+    /* a request refused (id is its id) or a message that failed: id NULL when unknown;
+     * retry_after_ms > 0: the suggested wait before trying again (queue_full) */
+    void (*error)(void *fe, const char *id, ifl_code code, const char *message,
+                  int32_t retry_after_ms);
 } req_sink;
 
 struct req_owner {
     const req_sink *sink;
-    void *fe;             /* the front end's connection */
-    uint64_t session;     /* fairness and cancel-all in the batchers */
-    char session_hex[17]; /* as logged */
-    int32_t max_inflight; /* requests in flight at most */
-    srv_req *reqs;        /* in flight, newest first */
+    void *fe;                          /* the front end's connection */
+    uint64_t session;                  /* fairness and cancel-all in the batchers */
+    char session_hex[17];              /* as logged */
+    int32_t max_inflight;              /* requests in flight at most */
+    struct reqlog_budget *refusal_log; /* the client's budget of logged refusals (reqlog.h);
+                                          NULL: unlimited */
+    srv_req *reqs;                     /* in flight, newest first */
     int32_t n_reqs;
 };
 

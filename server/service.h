@@ -30,6 +30,7 @@
 #include "metrics.h"
 #include "protocol.h"
 #include "reqlog.h"
+#include "reqlog.h"
 #include "request.h"
 #include "server.h"
 
@@ -52,6 +53,7 @@ typedef struct srv_conn {
     int is_ws;
     char peer[64];
     req_owner owner; /* this connection's session and requests (/ws, or HTTP generation) */
+    reqlog_budget refusal_log; /* /ws: how many of its refused requests the log still takes */
     srv_frame *out_head, *out_tail;
     size_t out_bytes;
     int subscribed;

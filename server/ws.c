@@ -131,12 +131,13 @@ static void sink_done(void *fe, const srv_req *r, const req_result *res)
     send_frame(c->srv, c, &sb);
 }
 
-static void sink_error(void *fe, const char *id, ifl_code code, const char *message)
+static void sink_error(void *fe, const char *id, ifl_code code, const char *message,
+                       int32_t retry_after_ms)
 {
     srv_conn *c = fe;
     strbuf sb;
     sb_init(&sb, LWS_PRE);
-    proto_write_error(&sb, id, code, message);
+    proto_write_error(&sb, id, code, message, retry_after_ms);
     send_frame(c->srv, c, &sb);
 }
 
@@ -150,7 +151,7 @@ static const req_sink WS_SINK = {.queued = sink_queued,
 static void send_error(server *s, srv_conn *c, const char *id, ifl_code code, const char *message)
 {
     metrics_count_error(&s->m, code);
-    sink_error(c, id, code, message);
+    sink_error(c, id, code, message, 0);
 }
 
 /* ---- client messages ------------------------------------------------------------------------ */
@@ -337,6 +338,7 @@ static void on_established(server *s, srv_conn *c, struct lws *wsi)
     c->wsi = wsi;
     c->is_ws = 1;
     req_owner_init(&c->owner, &WS_SINK, c, req_random_u64(&s->rl), s->o->max_inflight);
+    c->owner.refusal_log = &c->refusal_log;
     lws_get_peer_simple(wsi, c->peer, sizeof c->peer);
     c->next = s->conns;
     s->conns = c;

@@ -12,7 +12,7 @@
 //  - a stream aborted with an AbortController after three chunks: the request is counted
 //    cancelled on /metrics and running requests and KV blocks in use return to 0;
 //  - a full queue (--max-batch 1 --max-queue 1, one running and one waiting): 429 queue_full with
-//    Retry-After, the client's RateLimitError;
+//    Retry-After (the batcher's suggested wait, in whole seconds), the client's RateLimitError;
 //  - the request log (--db) has a row per finished request with the API it came through (ws,
 //    openai, and one triton request), as many per API and finish reason as /metrics'
 //    inflight_api_requests_total counted (and the one refused by the request layer, a token id
@@ -257,8 +257,11 @@ async function checkQueueFull(bin, vocab, model, OpenAIClass) {
   const r = await L.httpRequest(srv.port, '/v1/completions', { method: 'POST', body,
     headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } });
   L.eq(r.status, 429, 'C with A running and B waiting');
-  L.eq(r.headers['retry-after'], '1', 'Retry-After');
-  L.eq(JSON.parse(r.body.toString('utf8')).error.code, 'queue_full', '429 code');
+  const retryAfter = r.headers['retry-after'];
+  L.check(/^[1-9][0-9]*$/.test(retryAfter || '') && Number(retryAfter) <= 30, `Retry-After ${retryAfter}: whole seconds, 1 to 30`);
+  const rbody = JSON.parse(r.body.toString('utf8'));
+  L.eq(rbody.error.code, 'queue_full', '429 code');
+  L.check(/queue is full \(1 waiting\); try again in \d+ ms/.test(rbody.error.message), `429 message: ${rbody.error.message}`);
   let err = null;
   try {
     await client.completions.create({ model: 'iterative', prompt: 'D', max_tokens: 2 });
@@ -268,7 +271,7 @@ async function checkQueueFull(bin, vocab, model, OpenAIClass) {
   L.check(err && err.constructor.name === 'RateLimitError' && err.status === 429, `the client's error for a full queue: ${err && err.constructor.name}`);
   ac.abort();
   await srv.stop();
-  L.log('a full queue: 429 queue_full with Retry-After: 1, the client\'s RateLimitError');
+  L.log(`a full queue: 429 queue_full with Retry-After: ${retryAfter} ("${rbody.error.message}"), the client's RateLimitError`);
 }
 
 // HEAD of the history endpoints, whose answers come from the history thread, then a GET on the

@@ -19,6 +19,9 @@ typedef struct {
     uint64_t seq; /* global order of arrival */
 } logged;
 
+/* helpers not every test that includes this uses */
+#define LOG_MAYBE_UNUSED __attribute__((unused))
+
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t log_cond = PTHREAD_COND_INITIALIZER;
 static logged *evlog;
@@ -84,7 +87,7 @@ static void log_clear(void)
     pthread_mutex_unlock(&log_lock);
 }
 
-static int count_events(uint64_t id, ifl_event_type t)
+static LOG_MAYBE_UNUSED int count_events(uint64_t id, ifl_event_type t)
 {
     int n = 0;
     pthread_mutex_lock(&log_lock);
@@ -171,7 +174,8 @@ static int collect(uint64_t id, int32_t *ids, int cap, char *text, size_t text_c
 
 /* In how many of the recorded steps `late` ran, and in how many of those all of ids[0..n) ran too
  * ({log_lock} held by the caller). */
-static void steps_with(uint64_t late, const uint64_t *ids, int n, int *n_late, int *n_all)
+static LOG_MAYBE_UNUSED void steps_with(uint64_t late, const uint64_t *ids, int n, int *n_late,
+                                        int *n_all)
 {
     *n_late = *n_all = 0;
     for (size_t s = 0; s < n_steps; s++) {
@@ -186,14 +190,14 @@ static void steps_with(uint64_t late, const uint64_t *ids, int n, int *n_late, i
     }
 }
 
-static int cmp_double(const void *a, const void *b)
+static LOG_MAYBE_UNUSED int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
 }
 
 /* The median duration of the decode-only steps recorded so far (information). */
-static double median_decode_ms(int *n_out)
+static LOG_MAYBE_UNUSED double median_decode_ms(int *n_out)
 {
     static double ms[4096];
     int n = 0;

@@ -3,11 +3,10 @@
  * run-to-completion (event order); a seeded request gives the same tokens alone and in a busy
  * batch; a 512-token prompt joins 16 decoding sequences in the chunks the step budget leaves,
  * without starving them (step records, not step times); round-robin fairness across sessions;
- * cancellation within one step (also of a whole session); queue_full, prompt_too_long and invalid
- * requests; stop strings, end-of-text and text that adds up to the completion; no KV block leaked
+ * cancellation within one step (also of a whole session); stop strings, end-of-text and text that adds up to the completion; no KV block leaked
  * after any test. Every verdict is what the scheduler decided (events, step records), never how
  * fast a step ran. IFL_TEST_QUICK=1 (sanitizer stages): a smaller model and shorter completions,
- * the same cases.
+ * the same cases. Refusals and the sessions' shares are test_batcher_shares.c's.
  * usage: test_batcher VOCAB_DIR */
 #include <pthread.h>
 #include <stdio.h>
@@ -15,86 +14,13 @@
 #include <string.h>
 
 #include "batcher.h"
+#include "batcher_fixture.h"
 #include "batcher_log.h"
 #include "make_model.h"
 #include "model.h"
 #include "testutil.h"
 #include "threadpool.h"
 #include "util.h"
-
-/* ---- fixtures ---- */
-
-static ifl_model model;
-static ifl_tokenizer *tok;
-static ifl_threadpool *pool;
-static ifl_tokens hello;
-
-static ifl_backend *make_backend(int32_t max_seqs, int32_t max_tokens)
-{
-    ifl_err err;
-    ifl_backend_params bp = {.max_seqs = max_seqs,
-                             .max_tokens = max_tokens,
-                             .pool = pool,
-                             .kv_block_size = 16,
-                             .kv_blocks = 0};
-    ifl_backend *be = ifl_cpu_backend_new(&model, &bp, &err);
-    if (!be) {
-        fprintf(stderr, "backend: %s\n", err.msg);
-        exit(1);
-    }
-    return be;
-}
-
-static ifl_batcher *start(ifl_backend *be, ifl_policy pol, int32_t max_batch, int32_t max_queue,
-                          int32_t step_tokens)
-{
-    ifl_err err;
-    ifl_batcher_params p = {.policy = pol,
-                            .max_batch = max_batch,
-                            .max_queue = max_queue,
-                            .step_tokens = step_tokens,
-                            .eos_token = 50256,
-                            .tok = tok,
-                            .on_event = on_event,
-                            .on_step = on_step};
-    ifl_batcher *b = ifl_batcher_start(be, &p, &err);
-    if (!b) {
-        fprintf(stderr, "batcher: %s\n", err.msg);
-        exit(1);
-    }
-    return b;
-}
-
-static uint64_t submit(ifl_batcher *b, uint64_t session, const int32_t *prompt, int32_t n,
-                       int32_t max_tokens, float temperature, uint64_t seed, int n_stop,
-                       const char **stop)
-{
-    ifl_request_params rp = {.session = session,
-                             .prompt = prompt,
-                             .n_prompt = n,
-                             .max_tokens = max_tokens,
-                             .sampling = {.temperature = temperature, .top_k = 40, .top_p = 1},
-                             .seed = seed,
-                             .ignore_eos = 1,
-                             .n_stop = n_stop};
-    for (int i = 0; i < n_stop; i++)
-        rp.stop[i] = stop[i];
-    uint64_t id = 0;
-    ifl_err err;
-    ifl_submit_status st = ifl_batcher_submit(b, &rp, &id, &err);
-    CHECKF(st == IFL_SUBMIT_OK, "submit refused: %s", err.msg);
-    return id;
-}
-
-static void check_no_leak(ifl_batcher *b, const char *what)
-{
-    ifl_batcher_wait_idle(b);
-    ifl_batcher_stats st;
-    ifl_batcher_get_stats(b, &st);
-    CHECKF(st.kv_used == 0 && st.running == 0 && st.waiting == 0,
-           "%s: after the test %d KV blocks used, %d running, %d waiting", what, st.kv_used,
-           st.running, st.waiting);
-}
 
 /* What the token ids decode to, through the same streaming UTF-8 repair as the batcher. */
 static void decode_stream(const int32_t *ids, int n, char *out)
@@ -452,74 +378,6 @@ static void test_cancel(ifl_batcher *b)
     check_no_leak(b, "cancel session");
 }
 
-static void test_refusals(ifl_backend *be)
-{
-    log_clear();
-    ifl_batcher *b = start(be, IFL_POLICY_ITERATIVE, 1, 3, 64);
-    ifl_err err;
-    uint64_t id, first = submit(b, 1, hello.ids, (int32_t)hello.n, 500, 0, 0, 0, NULL);
-    wait_events(first, IFL_EV_TOKEN, 1); /* running: the batch of 1 is full */
-    uint64_t waiting[3];
-    for (int i = 0; i < 3; i++)
-        waiting[i] = submit(b, 1, hello.ids, (int32_t)hello.n, 5, 0, 0, 0, NULL);
-    ifl_request_params rp = {.session = 2,
-                             .prompt = hello.ids,
-                             .n_prompt = (int32_t)hello.n,
-                             .max_tokens = 5,
-                             .sampling = {0, 0, 1}};
-    double t0 = ifl_now_s();
-    ifl_submit_status st = ifl_batcher_submit(b, &rp, &id, &err);
-    double dt = ifl_now_s() - t0;
-    CHECKF(st == IFL_SUBMIT_QUEUE_FULL, "4th waiting request: status %d (%s)", (int)st, err.msg);
-    printf("queue_full after %.3f ms: %s\n", dt * 1e3, err.msg);
-    rp.max_tokens = model.cfg.n_ctx;
-    st = ifl_batcher_submit(b, &rp, &id, &err);
-    CHECK(st == IFL_SUBMIT_TOO_LONG && strstr(err.msg, "context"));
-    printf("prompt_too_long: %s\n", err.msg);
-    rp.max_tokens = 5;
-    rp.n_prompt = 0;
-    st = ifl_batcher_submit(b, &rp, &id, &err);
-    CHECK(st == IFL_SUBMIT_INVALID);
-    printf("invalid: %s\n", err.msg);
-    int32_t bad_tok = 999999;
-    rp.prompt = &bad_tok;
-    rp.n_prompt = 1;
-    CHECK(ifl_batcher_submit(b, &rp, &id, &err) == IFL_SUBMIT_INVALID && strstr(err.msg, "999999"));
-    rp.prompt = hello.ids;
-    rp.n_prompt = (int32_t)hello.n;
-    rp.sampling.top_p = 0;
-    CHECK(ifl_batcher_submit(b, &rp, &id, &err) == IFL_SUBMIT_INVALID && strstr(err.msg, "top_p"));
-    rp.sampling.top_p = 1;
-    rp.n_stop = 1;
-    rp.stop[0] = "\xff\xfe";
-    CHECK(ifl_batcher_submit(b, &rp, &id, &err) == IFL_SUBMIT_INVALID && strstr(err.msg, "stop"));
-    ifl_batcher_cancel(b, first);
-    ifl_batcher_wait_idle(b);
-    /* The last of the 3 waiting requests saw its position go 3, 2, 1 as the others were admitted.
-     */
-    int32_t seen[8], n_seen = 0;
-    pthread_mutex_lock(&log_lock);
-    for (size_t i = 0; i < n_log && n_seen < 8; i++)
-        if (evlog[i].ev.request_id == waiting[2] && evlog[i].ev.type == IFL_EV_QUEUED)
-            seen[n_seen++] = evlog[i].ev.position;
-    pthread_mutex_unlock(&log_lock);
-    CHECKF(n_seen == 3 && seen[0] == 3 && seen[1] == 2 && seen[2] == 1,
-           "queue positions of the third waiting request: %d events (%d %d %d)", n_seen,
-           n_seen > 0 ? seen[0] : -1, n_seen > 1 ? seen[1] : -1, n_seen > 2 ? seen[2] : -1);
-    printf("queue positions published: 3, 2, 1 as the requests ahead were admitted\n");
-    check_no_leak(b, "refusals");
-    /* stopping the batcher with requests queued: they all end cancelled */
-    log_clear();
-    uint64_t a = submit(b, 1, hello.ids, (int32_t)hello.n, 500, 0, 0, 0, NULL);
-    uint64_t c = submit(b, 1, hello.ids, (int32_t)hello.n, 500, 0, 0, 0, NULL);
-    wait_events(a, IFL_EV_TOKEN, 1);
-    ifl_batcher_stop(b);
-    ifl_event da, dc;
-    collect(a, NULL, 0, NULL, 0, &da);
-    collect(c, NULL, 0, NULL, 0, &dc);
-    CHECK(da.finish == IFL_FINISH_CANCELLED && dc.finish == IFL_FINISH_CANCELLED);
-}
-
 /* Stop strings and end-of-text against a greedy reference run. */
 static void test_stops(ifl_backend *be)
 {
@@ -595,7 +453,7 @@ static void test_stops(ifl_backend *be)
                              .max_tokens = 48,
                              .sampling = {0, 0, 1},
                              .ignore_eos = 0};
-    ifl_batcher_submit(b, &rp, &id, &err);
+    ifl_batcher_submit(b, &rp, &id, NULL, &err);
     ifl_batcher_wait_idle(b);
     int32_t toks[48];
     int first_eos = 0;
@@ -615,28 +473,8 @@ int main(int argc, char **argv)
         return 2;
     }
     char dir[4096];
-    test_tmpdir(dir, sizeof dir, "batcher");
-    ifl_make_model_opts o;
-    ifl_make_model_defaults(&o);
-    /* IFL_TEST_QUICK (the sanitizer stages, whose forward pass may be 100x slower: ThreadSanitizer
-     * without OpenBLAS or AVX-512): a smaller model, the same scheduling */
-    o.cfg.n_layer = test_quick() ? 2 : 4;
-    o.cfg.n_head = 4;
-    o.cfg.n_embd = test_quick() ? 64 : 256;
-    o.cfg.n_ctx = 1024;
-    o.seed = 31;
-    o.scale = 0.05;
-    o.vocab_dir = argv[1];
-    ifl_err err;
-    ifl_model_opts mo = {.cpu_layout = 1};
-    if (ifl_make_model(dir, &o, &err) || ifl_model_load(&model, dir, &mo, &err) ||
-        ifl_tokenizer_load(&tok, dir, &err)) {
-        fprintf(stderr, "setup: %s\n", err.msg);
+    if (fixture_setup(argv[1], "batcher", dir, sizeof dir))
         return 1;
-    }
-    const char *h = "Hello, how are you?";
-    ifl_tokenizer_encode(tok, h, strlen(h), 0, &hello, &err);
-    pool = ifl_threadpool_new(ifl_n_cores());
 
     /* Both policies over the same weights in one process, sharing one thread pool. */
     ifl_backend *be_it = make_backend(64, 128), *be_st = make_backend(64, 128);
@@ -659,7 +497,6 @@ int main(int argc, char **argv)
     test_fairness(fb, 4);
     test_cancel(fb);
     ifl_batcher_stop(fb);
-    test_refusals(be_it);
     test_stops(be_it);
 
     log_clear();
@@ -668,10 +505,6 @@ int main(int argc, char **argv)
     free(step_ids);
     free(step_pre);
     ifl_backend_free(be_it);
-    ifl_threadpool_free(pool);
-    ifl_tokens_free(&hello);
-    ifl_tokenizer_free(tok);
-    ifl_model_free(&model);
-    test_rmdir(dir);
+    fixture_teardown(dir);
     return test_finish("test_batcher");
 }

@@ -215,7 +215,8 @@ static void check_server_frame(const cJSON *ex, const char *type)
         ifl_code code = IFL_CODE_ENGINE_ERROR;
         CHECKF(str(ex, "code") && ifl_code_parse(str(ex, "code"), &code) == 0,
                "error example: code %s is not in codes.h", str(ex, "code"));
-        proto_write_error(&sb, id, code, str(ex, "message") ? str(ex, "message") : "");
+        proto_write_error(&sb, id, code, str(ex, "message") ? str(ex, "message") : "",
+                          (int32_t)num(ex, "retry_after_ms"));
         expect_frame(ex, type, &sb);
     } else if (!strcmp(type, "step")) {
         sb_free(&sb);
