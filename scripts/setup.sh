@@ -7,7 +7,9 @@
 #                                    browser test, prometheus for promtool, the sqlite3 shell
 #                                    the db tests read the log with; for the aarch64 stage
 #                                    (scripts/test-aarch64.sh) the cross gcc, qemu-user-static and
-#                                    cJSON for arm64, which makes arm64 a dpkg foreign architecture)
+#                                    cJSON for arm64, which makes arm64 a dpkg foreign architecture;
+#                                    for the fuzz stage clang and its libFuzzer runtime,
+#                                    libclang-rt-dev, which clang's packages only recommend)
 # Used by scripts/serve.sh and (with --test) scripts/test.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +24,7 @@ if [ "${1:-}" = "--test" ]; then
   test_set=1
   APT_PACKAGES+=(chromium prometheus curl sqlite3)
   APT_PACKAGES+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static libcjson-dev:arm64)
+  APT_PACKAGES+=(clang libclang-rt-dev)
 fi
 
 sudo_cmd=()

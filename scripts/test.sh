@@ -8,11 +8,14 @@
 #   4. valgrind memcheck over the model-loading, tokenizer and forward-pass tests (the scalar and
 #      avx2 kernel families: valgrind cannot run AVX-512 code);
 #   5. aarch64: the engine cross-compiled with Debian's gcc-aarch64-linux-gnu (scalar kernels) and
-#      its C tests run under qemu-user-static (scripts/test-aarch64.sh, which says which and why).
+#      its C tests run under qemu-user-static (scripts/test-aarch64.sh, which says which and why);
+#   6. libFuzzer (clang): the /ws message parser and the OpenAI and Triton request body parsers,
+#      each fuzzed for INFLIGHT_FUZZ_SECONDS over its seed corpus (tests/fuzz), failing on any
+#      crash, sanitizer report, leak or timeout.
 # The kernel tests (test_matmul, test_golden, test_batched, test_sampler) run once per CPU kernel
 # family (NAME_scalar, NAME_avx2, NAME_avx512); a family this CPU lacks is reported skipped.
 # Stages 1 and 2 build the CUDA backend where nvcc is found (its GPU tests skip without a GPU);
-# stages 3 to 5 build without it (INFLIGHT_CUDA=OFF), as a machine without nvcc would.
+# stages 3 to 6 build without it (INFLIGHT_CUDA=OFF), as a machine without nvcc would.
 # The sanitizer stages and the emulated one run with IFL_TEST_QUICK=1 where a test has smaller
 # sizes for slow builds (stages 3 and 5); no test's verdict depends on how fast the machine is.
 #
@@ -24,7 +27,8 @@
 #                        AVX-512 gets).
 #   CI=true              a test that cannot make a check it was written to make (a missing tool, no
 #                        root for its tmpfs mounts) fails instead of skipping it (GPU tests still
-#                        skip without a GPU).
+#                        skip without a GPU); so does stage 6 without clang and its libFuzzer.
+#   INFLIGHT_FUZZ_SECONDS=N  how long stage 6 runs each fuzz target (default 60).
 # Prints how long each stage took ("== stage N done in S s") and the total; ends with CTest's
 # summary line of the last stage. Exit status: 0 only if every stage passed (a stage that finds no
 # test to run fails too).
@@ -94,5 +98,38 @@ end
 begin "aarch64 cross build, C tests under qemu"
 scripts/test-aarch64.sh build-aarch64
 end
+
+begin "libFuzzer: the /ws message and HTTP body parsers"
+# clang, and its libFuzzer runtime (Debian: libclang-rt-dev), which clang alone does not bring
+fuzz_cc=$(command -v clang || true)
+fuzz_missing=""
+if [ -z "$fuzz_cc" ]; then
+  fuzz_missing="clang"
+else
+  fuzz_probe=$(mktemp -d)
+  printf '%s\n' '#include <stddef.h>' '#include <stdint.h>' \
+    'int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { return d && n ? 0 : 0; }' \
+    >"$fuzz_probe/probe.c"
+  "$fuzz_cc" -fsanitize=fuzzer "$fuzz_probe/probe.c" -o "$fuzz_probe/probe" >/dev/null 2>&1 ||
+    fuzz_missing="clang's libFuzzer runtime (clang -fsanitize=fuzzer does not link)"
+  rm -rf "$fuzz_probe"
+fi
+if [ -n "$fuzz_missing" ] && [ "${CI:-}" = true ]; then
+  echo "test.sh: $fuzz_missing not found: the parsers cannot be fuzzed (scripts/setup.sh --test installs clang and libclang-rt-dev)" >&2
+  exit 1
+elif [ -n "$fuzz_missing" ]; then
+  echo "== stage $stage skipped: $fuzz_missing not found, the parsers were not fuzzed (scripts/setup.sh --test installs clang and libclang-rt-dev; under CI=true this fails)"
+else
+  log=$(mktemp)
+  cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER="$fuzz_cc" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DINFLIGHT_FUZZ=ON -DINFLIGHT_CUDA=OFF -DINFLIGHT_FUZZ_SECONDS="${INFLIGHT_FUZZ_SECONDS:-60}" \
+    >"$log" 2>&1 || { cat "$log"; rm -f "$log"; exit 1; }
+  rm -f "$log"
+  ninja -C build-fuzz fuzz # the targets and what they link, not the rest of the clang build
+  ctest --test-dir build-fuzz --output-on-failure --no-tests=error -j "$jobs" -L fuzz
+  # each target's runs, coverage and corpus (tests/fuzz/run-fuzz.sh's last line)
+  grep -h ': passed: ' build-fuzz/Testing/Temporary/LastTest.log || true
+  end
+fi
 
 echo "== all $stage stages passed in $((SECONDS - t_all)) s"

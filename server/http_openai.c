@@ -39,6 +39,17 @@ int http_model_policy(const char *name, const char *served, ifl_policy *policy)
     return -1;
 }
 
+int http_clip_len(const char *s, size_t max)
+{
+    size_t n = strlen(s);
+    if (n > max) {
+        n = max;
+        while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
+            n--;
+    }
+    return (int)n;
+}
+
 static const char *const COMMON[] = {
     "model",          "max_tokens", "temperature", "top_p", "seed",       "stop", "stream",
     "stream_options", "user",       "n",           "top_k", "ignore_eos", NULL};
@@ -56,7 +67,8 @@ static int allowed(http_api_kind api, const char *name)
 static int fail(proto_error *err, ifl_code code, const char *param, const char *msg)
 {
     proto_error_set(err, code, "%s", msg);
-    snprintf(err->param, sizeof err->param, "%s", param);
+    snprintf(err->param, sizeof err->param, "%.*s", http_clip_len(param, sizeof err->param - 1),
+             param);
     return -1;
 }
 
@@ -68,9 +80,10 @@ static int parse_openai_fields(const cJSON *root, const char *served, http_req_i
     const cJSON *f;
     cJSON_ArrayForEach(f, root)
     {
-        if (!allowed(ri->api, f->string ? f->string : "")) {
-            snprintf(msg, sizeof msg, "unknown field '%.64s'", f->string ? f->string : "");
-            return fail(err, IFL_CODE_UNKNOWN_FIELD, f->string ? f->string : "", msg);
+        const char *name = f->string ? f->string : "";
+        if (!allowed(ri->api, name)) {
+            snprintf(msg, sizeof msg, "unknown field '%.*s'", http_clip_len(name, 64), name);
+            return fail(err, IFL_CODE_UNKNOWN_FIELD, name, msg);
         }
     }
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(root, "model");
@@ -81,9 +94,9 @@ static int parse_openai_fields(const cJSON *root, const char *served, http_req_i
     if (strlen(m->valuestring) > HTTP_MODEL_MAX ||
         http_model_policy(m->valuestring, served, &ri->policy)) {
         snprintf(msg, sizeof msg,
-                 "the model '%.64s' does not exist: this server has %s, iterative-gpt2, "
+                 "the model '%.*s' does not exist: this server has %s, iterative-gpt2, "
                  "simple-gpt2, iterative and static (GET /v1/models)",
-                 m->valuestring, served);
+                 http_clip_len(m->valuestring, 64), m->valuestring, served);
         return fail(err, IFL_CODE_UNKNOWN_MODEL, "model", msg);
     }
     snprintf(ri->model, sizeof ri->model, "%s", m->valuestring);

@@ -30,11 +30,12 @@ static cJSON *flatten(const cJSON *root, http_req_info *ri, proto_error *err)
     const cJSON *f;
     cJSON_ArrayForEach(f, root)
     {
-        if (!in_list(TOP_FIELDS, f->string ? f->string : "")) {
+        const char *name = f->string ? f->string : "";
+        if (!in_list(TOP_FIELDS, name)) {
             proto_error_set(err, IFL_CODE_UNKNOWN_FIELD,
-                            "the request has no field '%.64s' (text_input, parameters, id, "
+                            "the request has no field '%.*s' (text_input, parameters, id, "
                             "max_tokens, temperature, top_k, top_p, seed, stop, ignore_eos)",
-                            f->string ? f->string : "");
+                            http_clip_len(name, 64), name);
             return NULL;
         }
     }
@@ -68,9 +69,9 @@ static cJSON *flatten(const cJSON *root, http_req_info *ri, proto_error *err)
         const char *name = p->string ? p->string : "";
         if (!in_list(TOP_FIELDS + 3, name)) {
             proto_error_set(err, IFL_CODE_UNKNOWN_FIELD,
-                            "'parameters' has no field '%.64s' (max_tokens, temperature, top_k, "
+                            "'parameters' has no field '%.*s' (max_tokens, temperature, top_k, "
                             "top_p, seed, stop, ignore_eos)",
-                            name);
+                            http_clip_len(name, 64), name);
             goto fail;
         }
         if (cJSON_GetObjectItemCaseSensitive(flat, name)) {

@@ -339,6 +339,31 @@ static long find_raw_control(const char *t, size_t n, int *in_string)
     return -1;
 }
 
+/* Offset of a \u escape inside a JSON string of the text that is not followed by four hex digits,
+ * or -1. JSON forbids it, but cJSON 1.7 decodes it as U+0000, which cuts the string there as a
+ * \u0000 would ("max_tokens\uzzzz" read as max_tokens, "a\u00zzb" as "a"): refused. */
+static long find_bad_u_escape(const char *t, size_t n)
+{
+    static const char hex[] = "0123456789abcdefABCDEF";
+    int in_str = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!in_str) {
+            in_str = t[i] == '"';
+            continue;
+        }
+        if (t[i] == '"') {
+            in_str = 0;
+        } else if (t[i] == '\\' && i + 1 < n) {
+            if (t[i + 1] == 'u')
+                for (size_t k = i + 2; k < i + 6; k++)
+                    if (k >= n || !t[k] || !strchr(hex, t[k]))
+                        return (long)i;
+            i++; /* the escaped character (\uXXXX's digits are plain characters) */
+        }
+    }
+    return -1;
+}
+
 /* The tree of one JSON value with nothing but whitespace after it; NULL with err filled. */
 static cJSON *parse_json(const char *text, size_t len, proto_error *err)
 {
@@ -354,6 +379,14 @@ static cJSON *parse_json(const char *text, size_t len, proto_error *err)
     if (raw >= 0) {
         proto_error_set(err, IFL_CODE_INVALID_JSON,
                         "message is not valid JSON: a NUL byte at byte %ld", raw);
+        return NULL;
+    }
+    long bad = find_bad_u_escape(text, len);
+    if (bad >= 0) {
+        proto_error_set(err, IFL_CODE_INVALID_JSON,
+                        "message is not valid JSON: the \\u escape at byte %ld is not followed by "
+                        "four hex digits",
+                        bad);
         return NULL;
     }
     const char *end = NULL;

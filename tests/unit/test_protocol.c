@@ -53,7 +53,8 @@ static void expect_raw(const char *json, size_t len, const char *want)
 }
 
 /* Raw control characters, which JSON forbids inside strings and cJSON would take (a NUL cut the
- * string it was in), and a NUL after the value: each refused with the byte it is at. */
+ * string it was in), a NUL after the value, and \u escapes that are not four hex digits: each
+ * refused with the byte it is at. */
 static void raw_controls(void)
 {
     static const char cut[] = "{\"type\":\"generate\",\"id\":\"a\",\"prompt\":\"abc\0def\"}";
@@ -76,6 +77,22 @@ static void raw_controls(void)
     if (proto_parse(ok, sizeof ok - 1, &LIM, &m, &e) != 0 || !m.gen.prompt ||
         strcmp(m.gen.prompt, "a\tb\nc")) {
         fprintf(stderr, "FAIL whitespace and escapes: %s\n", e.message);
+        failures++;
+    }
+    proto_msg_free(&m);
+    /* a \u escape without four hex digits: cJSON reads it as U+0000, which cut the string
+     * ("max_tokens\u00zz" was read as max_tokens); a good one still passes */
+    static const char bad_u[] =
+        "{\"type\":\"generate\",\"id\":\"a\",\"prompt\":\"Tell me\\uzzzz more\"}";
+    expect_raw(bad_u, sizeof bad_u - 1, "the \\u escape at byte 45 is not followed by four hex");
+    static const char bad_key[] =
+        "{\"type\":\"generate\",\"id\":\"a\",\"prompt\":\"x\",\"max_tokens\\u00zz\":5}";
+    expect_raw(bad_key, sizeof bad_key - 1, "\\u escape at byte 52");
+    static const char good_u[] =
+        "{\"type\":\"generate\",\"id\":\"a\",\"prompt\":\"\\u00e9t\\u00E9\"}";
+    if (proto_parse(good_u, sizeof good_u - 1, &LIM, &m, &e) != 0 || !m.gen.prompt ||
+        strcmp(m.gen.prompt, "\xc3\xa9t\xc3\xa9")) {
+        fprintf(stderr, "FAIL \\u00e9 escapes: %s\n", e.message);
         failures++;
     }
     proto_msg_free(&m);

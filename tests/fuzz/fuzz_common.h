@@ -1,0 +1,116 @@
+/* fuzz_common.h: what the libFuzzer targets of tests/fuzz share: the limits of a GPT-2 server
+ * (n_ctx 1024, the vocabulary's 50257 tokens, the default sampling settings), and the checks every
+ * parse result must pass besides not crashing or leaking: an error has a known code and a message,
+ * param and id that are NUL-terminated UTF-8 (they go into JSON frames and WebSocket text frames,
+ * which must be UTF-8), the answer the server would write with them is JSON, a text with a \u
+ * escape cJSON misreads is never accepted, and accepted parameters lie in their documented ranges.
+ * A failed check aborts, which libFuzzer reports as a crash with the input that caused it. */
+#ifndef IFL_FUZZ_COMMON_H
+#define IFL_FUZZ_COMMON_H
+
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "defaults.h"
+#include "protocol.h"
+#include "strbuf.h"
+#include "utf8.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* The served model's name (its directory's), which OpenAI's "model" may give. */
+#define FUZZ_SERVED_NAME "gpt2"
+
+static const proto_limits FUZZ_LIM = {.max_tokens = 1023,
+                                      .n_vocab = 50257,
+                                      .def_max_tokens = IFL_DEFAULT_MAX_NEW_TOKENS,
+                                      .def_temperature = IFL_DEFAULT_TEMPERATURE,
+                                      .def_top_p = IFL_DEFAULT_TOP_P,
+                                      .def_top_k = IFL_DEFAULT_TOP_K};
+
+#define FUZZ_CHECK(cond)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);               \
+            abort();                                                                               \
+        }                                                                                          \
+    } while (0)
+
+/* s (in a cap-byte array) is NUL-terminated there and valid UTF-8. */
+static inline int fuzz_str_ok(const char *s, size_t cap)
+{
+    size_t n = strnlen(s, cap);
+    return n < cap && ifl_utf8_valid(s, n);
+}
+
+static inline void fuzz_check_error(const proto_error *e)
+{
+    FUZZ_CHECK((int)e->code >= 0 && e->code < IFL_N_CODES);
+    FUZZ_CHECK(fuzz_str_ok(e->message, sizeof e->message) && e->message[0]);
+    FUZZ_CHECK(fuzz_str_ok(e->param, sizeof e->param));
+    if (e->has_id)
+        FUZZ_CHECK(fuzz_str_ok(e->id, sizeof e->id) && e->id[0]);
+}
+
+/* The written answer (sb) is valid UTF-8 and one JSON value; frees sb. */
+static inline void fuzz_check_json_out(strbuf *sb)
+{
+    FUZZ_CHECK(sb_ok(sb));
+    const char *t = sb_text(sb);
+    FUZZ_CHECK(ifl_utf8_valid(t, sb->len));
+    const char *end = NULL;
+    cJSON *v = cJSON_ParseWithLengthOpts(t, sb->len, &end, 0);
+    FUZZ_CHECK(v != NULL && end == t + sb->len);
+    cJSON_Delete(v);
+    sb_free(sb);
+}
+
+/* Every \u escape of the JSON text t[0..n) has four hex digits. cJSON 1.7 decodes \u with any other
+ * characters as U+0000, which cuts the string there ("max_tokens\uzzzz" would read as max_tokens):
+ * a text the parser accepts must pass this. */
+static inline int fuzz_escapes_ok(const char *t, size_t n)
+{
+    for (size_t i = 0; i + 1 < n; i++) {
+        if (t[i] != '\\')
+            continue;
+        if (t[i + 1] == 'u') {
+            if (i + 5 >= n)
+                return 0;
+            for (size_t k = 2; k <= 5; k++)
+                if (!isxdigit((unsigned char)t[i + k]))
+                    return 0;
+        }
+        i++; /* the escaped character */
+    }
+    return 1;
+}
+
+/* Accepted generation parameters: in the ranges of docs/protocol.md. ids_ok: the prompt may be
+ * token ids (OpenAI completions) instead of text. */
+static inline void fuzz_check_params(const req_params *p, const proto_limits *lim, int ids_ok)
+{
+    if (p->prompt_ids) {
+        FUZZ_CHECK(ids_ok && !p->prompt);
+        FUZZ_CHECK(p->n_prompt_ids >= 1 && p->n_prompt_ids <= lim->max_tokens + 1);
+    } else {
+        FUZZ_CHECK(p->prompt && p->prompt_len >= 1 && strlen(p->prompt) == p->prompt_len);
+        FUZZ_CHECK(ifl_utf8_valid(p->prompt, p->prompt_len));
+    }
+    FUZZ_CHECK(p->policy == IFL_POLICY_ITERATIVE || p->policy == IFL_POLICY_STATIC);
+    FUZZ_CHECK(p->max_tokens >= 1 && p->max_tokens <= lim->max_tokens);
+    FUZZ_CHECK(p->temperature >= 0 && p->temperature <= 2);
+    FUZZ_CHECK(p->top_k >= 0 && p->top_k <= lim->n_vocab);
+    FUZZ_CHECK(p->top_p > 0 && p->top_p <= 1);
+    FUZZ_CHECK(!p->has_seed || p->seed <= 9007199254740991ull);
+    FUZZ_CHECK(p->n_stop >= 0 && p->n_stop <= IFL_MAX_STOPS);
+    for (int i = 0; i < p->n_stop; i++) {
+        size_t n = strnlen(p->stop[i], sizeof p->stop[i]);
+        FUZZ_CHECK(n >= 1 && n <= IFL_MAX_STOP_BYTES && ifl_utf8_valid(p->stop[i], n));
+    }
+}
+
+#endif
