@@ -9,14 +9,15 @@
 #include "server.h"
 #include "util.h"
 
+/* one line of the help per line here */
+/* clang-format off */
 static const char *const HELP =
     "usage: inflight serve --model DIR [options]\n"
     "\n"
     "Serves the chat page, a WebSocket API at /ws (docs/protocol.md), /healthz, /readyz and\n"
     "/metrics on one port, in front of two batchers over the same weights: 'iterative' (new\n"
     "requests join the running batch at every step) and 'static' (batches run to completion).\n"
-    "Logs one line per request on stderr. Stops on SIGINT or SIGTERM (a second one exits at "
-    "once).\n"
+    "Logs one line per request on stderr. Stops on SIGINT or SIGTERM (a second one exits at once).\n"
     "\n"
     "  --model DIR             Hugging Face GPT-2 directory (config.json, model.safetensors)\n"
     "  --vocab DIR             encoder.json + vocab.bpe or vocab.json + merges.txt (default: the\n"
@@ -36,100 +37,46 @@ static const char *const HELP =
     "  --step-tokens N         token budget of one step (default 256)\n"
     "  --kv-mem-mb N           most memory of each batcher's KV pool, in MiB: the pool holds\n"
     "                          max-batch full contexts or what fits in N MiB, whichever is less\n"
-    "                          (always at least one full context); default N: " IFL_STR(
-        IFL_DEFAULT_KV_MEM_MB_CPU) " on the\n"
-                                   "                          CPU (f32 elements), " IFL_STR(
-                                       IFL_DEFAULT_KV_MEM_MB_CUDA) " on CUDA (16-bit elements)\n"
-                                                                   "  --max-connections N     "
-                                                                   "WebSocket connections at once "
-                                                                   "(default 256; more are closed "
-                                                                   "with\n"
-                                                                   "                          "
-                                                                   "1013)\n"
-                                                                   "  --max-inflight N        "
-                                                                   "requests in flight per "
-                                                                   "connection (default 64)\n"
-                                                                   "  --max-message BYTES     "
-                                                                   "largest client message "
-                                                                   "(default 65536; larger ones "
-                                                                   "close with "
-                                                                   "1009)\n"
-                                                                   "  --max-outbox BYTES      "
-                                                                   "bytes waiting to be sent to "
-                                                                   "one connection before it is "
-                                                                   "closed as\n"
-                                                                   "                          too "
-                                                                   "slow (default 1048576)\n"
-                                                                   "  --max-tokens N          "
-                                                                   "default max_tokens of a "
-                                                                   "request (default 64)\n"
-                                                                   "  --temperature X         "
-                                                                   "default temperature (default "
-                                                                   "0.8)\n"
-                                                                   "  --top-k N               "
-                                                                   "default top_k (default 40)\n"
-                                                                   "  --top-p X               "
-                                                                   "default top_p (default 0.95)\n"
-                                                                   "  --db PATH               log "
-                                                                   "sessions, requests, token "
-                                                                   "timings and sampled steps to "
-                                                                   "this\n"
-                                                                   "                          "
-                                                                   "SQLite file (created and "
-                                                                   "migrated at start; see "
-                                                                   "inflight db)\n"
-                                                                   "  --db-flush-ms N         "
-                                                                   "write the log every N ms "
-                                                                   "(default 200)\n"
-                                                                   "  --db-queue N            "
-                                                                   "records waiting for the "
-                                                                   "writer, at most (default "
-                                                                   "100000; more are\n"
-                                                                   "                          "
-                                                                   "dropped and counted on "
-                                                                   "/metrics)\n"
-                                                                   "  --retain-days X         "
-                                                                   "delete logged requests older "
-                                                                   "than X days (default: keep)\n"
-                                                                   "  --retain-requests N     keep "
-                                                                   "only the newest N logged "
-                                                                   "requests (default: keep)\n"
-                                                                   "  --history MODE          own "
-                                                                   "(default: a user key sees its "
-                                                                   "own requests), all "
-                                                                   "(everyone's),\n"
-                                                                   "                          off: "
-                                                                   "GET /api/history and the "
-                                                                   "history page\n"
-                                                                   "  --grace SECONDS         on "
-                                                                   "SIGTERM/SIGINT, how long "
-                                                                   "requests in flight may finish "
-                                                                   "before\n"
-                                                                   "                          they "
-                                                                   "are cancelled (default 10)\n"
-                                                                   "  --api-key KEY           "
-                                                                   "require Authorization: Bearer "
-                                                                   "KEY on /v1, the /v2 generate\n"
-                                                                   "                          "
-                                                                   "endpoints and /ws (the page: "
-                                                                   "/?api_key=KEY); health probes, "
-                                                                   "the\n"
-                                                                   "                          page "
-                                                                   "and /metrics stay open "
-                                                                   "(default: no key)\n"
-                                                                   "  --api-key-file FILE     the "
-                                                                   "same, the key read from FILE "
-                                                                   "(its first line)\n"
+    "                          (always at least one full context); default N: "
+    IFL_STR(IFL_DEFAULT_KV_MEM_MB_CPU) " on the\n"
+    "                          CPU (f32 elements), " IFL_STR(IFL_DEFAULT_KV_MEM_MB_CUDA)
+    " on CUDA (16-bit elements)\n"
+    "  --max-connections N     sockets at once, HTTP, WebSocket and idle alike (default 256;\n"
+    "                          the oldest silent one makes room, else 503 / 1013)\n"
+    "  --max-inflight N        requests in flight per connection (default 64)\n"
+    "  --max-message BYTES     largest client message (default 65536; larger ones close with 1009)\n"
+    "  --max-outbox BYTES      bytes waiting to be sent to one connection before it is closed as\n"
+    "                          too slow (default 1048576)\n"
+    "  --max-tokens N          default max_tokens of a request (default 64)\n"
+    "  --temperature X         default temperature (default 0.8)\n"
+    "  --top-k N               default top_k (default 40)\n"
+    "  --top-p X               default top_p (default 0.95)\n"
+    "  --db PATH               log sessions, requests, token timings and sampled steps to this\n"
+    "                          SQLite file (created and migrated at start; see inflight db)\n"
+    "  --db-flush-ms N         write the log every N ms (default 200)\n"
+    "  --db-queue N            records waiting for the writer, at most (default 100000; more are\n"
+    "                          dropped and counted on /metrics)\n"
+    "  --retain-days X         delete logged requests older than X days (default: keep)\n"
+    "  --retain-requests N     keep only the newest N logged requests (default: keep)\n"
+    "  --history MODE          own (default: a user key sees its own requests), all (everyone's),\n"
+    "                          off: GET /api/history and the history page\n"
+    "  --grace SECONDS         on SIGTERM/SIGINT, how long requests in flight may finish before\n"
+    "                          they are cancelled (default 10)\n"
+    "  --api-key KEY           require Authorization: Bearer KEY on /v1, the /v2 generate\n"
+    "                          endpoints and /ws (the page: /?api_key=KEY); health probes, the\n"
+    "                          page and /metrics stay open (default: no key)\n"
+    "  --api-key-file FILE     the same, the key read from FILE (its first line)\n"
     "  --allowed-origins LIST  page origins, besides the server's own, whose WebSocket upgrades\n"
     "                          and API POSTs are served: comma-separated scheme://host[:port], or\n"
     "                          * for any (default: the same origin, and clients sending none)\n"
     "  --allowed-hosts LIST    Host names answered besides localhost, 127.0.0.1, ::1 and the bound\n"
     "                          address: bound to loopback every other name is refused (DNS\n"
     "                          rebinding); given, the check applies on any address (* for any)\n"
-                                                                   "  --no-request-log        no "
-                                                                   "line per request on stderr\n"
-                                                                   "  --quiet                 "
-                                                                   "print only errors\n";
+    "  --event-loop uv|poll    libuv (default: epoll, a cost flat in idle connections) or lws's\n"
+    "                          own poll(), which visits every socket at each wake-up\n"
+    "  --no-request-log        no line per request on stderr\n"
+    "  --quiet                 print only errors\n";
+/* clang-format on */
 
 /* An API key: 8 to 256 printable ASCII characters, no spaces. */
 static int api_key_check(const char *cmd, const char *what, const char *k)
@@ -207,6 +154,7 @@ int cmd_serve(int argc, char **argv)
         {"api-key-file", required_argument, 0, 'X'},
         {"allowed-origins", required_argument, 0, 'o'},
         {"allowed-hosts", required_argument, 0, 'n'},
+        {"event-loop", required_argument, 0, 'E'},
         {"no-request-log", no_argument, 0, 'L'},
         {"quiet", no_argument, 0, 'Q'},
         {"help", no_argument, 0, 'h'},
@@ -333,6 +281,11 @@ int cmd_serve(int argc, char **argv)
         case 'X':
             if (!(o.api_key = read_api_key(cmd, optarg)))
                 return 2;
+            break;
+        case 'E':
+            if (strcmp(optarg, "uv") && strcmp(optarg, "poll"))
+                return cli_usage_error(cmd, "--event-loop must be uv or poll");
+            o.event_loop = optarg;
             break;
         case 'o': {
             char why[200];

@@ -215,6 +215,7 @@ static void live_stats(server *s, metrics_live *live)
 {
     memset(live, 0, sizeof *live);
     live->isa = ifl_isa_name(s->rt.isa); /* resolved before the service started */
+    live->event_loop = s->uv ? "libuv" : "poll";
     live->ready = atomic_load(&s->ready) && !s->stopping;
     if (s->log.db) {
         live->db_enabled = 1;
@@ -403,6 +404,23 @@ static int http_forbidden(server *s, srv_conn *c, struct lws *wsi, const char *p
     return http_respond_json(c, wsi, HTTP_STATUS_FORBIDDEN, &sb, head_only, NULL, NULL);
 }
 
+/* 503 for a request on a socket accepted past --max-connections (sockets.c: none could be closed
+ * to make room), with Retry-After; the connection closes after it. */
+static int http_over_limit(server *s, srv_conn *c, struct lws *wsi)
+{
+    char msg[96];
+    snprintf(msg, sizeof msg, "too many connections (limit %d): try again later\n",
+             s->o->max_connections);
+    s->m.sockets_over_limit++;
+    c->http_close_after = 1;
+    char *b = strdup(msg);
+    if (!b)
+        return -1;
+    return http_respond(c, wsi, HTTP_STATUS_SERVICE_UNAVAILABLE, "text/plain; charset=utf-8", b,
+                        strlen(b), lws_hdr_total_length(wsi, WSI_TOKEN_HEAD_URI) > 0,
+                        "retry-after:", "1");
+}
+
 /* 401: the API key is missing or wrong (OpenAI's shape, or Triton's {"error"}). */
 int http_unauthorized(server *s, srv_conn *c, struct lws *wsi, int openai)
 {
@@ -457,6 +475,9 @@ static int http_request(server *s, srv_conn *c, struct lws *wsi, const char *pat
 {
     s->m.http_requests++;
     c->http_close_after = 0;
+    sockets_requested(s, wsi);
+    if (sockets_over_limit(s))
+        return http_over_limit(s, c, wsi);
     int is_get = lws_hdr_total_length(wsi, WSI_TOKEN_GET_URI) > 0;
     int is_head = lws_hdr_total_length(wsi, WSI_TOKEN_HEAD_URI) > 0;
     int is_post = lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI) > 0;

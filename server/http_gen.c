@@ -6,7 +6,7 @@
  * flushed as each token comes.
  *
  * One request at a time per connection. The connection is the session (in the batchers' fairness
- * and in the request log; kept as the wsi's opaque user data, since lws gives every HTTP
+ * and in the request log; kept with the socket's record (sockets.h), since lws gives every HTTP
  * transaction fresh per-session data), unless OpenAI's "user" names one. Each request is an owner
  * of its own, so a client that goes away cancels it (req_owner_gone: its KV blocks are free within
  * one step). After the answer the connection stays
@@ -468,7 +468,7 @@ int http_gen_body(server *s, srv_conn *c, struct lws *wsi, const void *in, size_
 }
 
 /* What outlives a connection's transactions (lws frees the per-session data after each): its
- * session, kept as the wsi's opaque user data until CLOSED_HTTP. */
+ * session, kept with the socket's record (sockets_http_slot) until CLOSED_HTTP. */
 typedef struct {
     uint64_t session;
     int logged; /* its sessions row is written */
@@ -480,10 +480,11 @@ typedef struct {
 static void open_session(server *s, srv_conn *c, struct lws *wsi, const http_req_info *ri)
 {
     uint64_t session;
-    http_conn *hc = lws_get_opaque_user_data(wsi);
-    if (!hc && (hc = calloc(1, sizeof *hc))) {
+    void **slot = sockets_http_slot(s, wsi);
+    http_conn *hc = slot ? *slot : NULL;
+    if (!hc && slot && (hc = calloc(1, sizeof *hc))) {
         hc->session = req_random_u64(&s->rl);
-        lws_set_opaque_user_data(wsi, hc);
+        *slot = hc;
     }
     if (ri->has_user) {
         session = 1469598103934665603ull; /* FNV-1a of the name */
@@ -603,10 +604,11 @@ void http_gen_closed(server *s, srv_conn *c)
 
 void http_gen_conn_closed(server *s, struct lws *wsi)
 {
-    http_conn *hc = lws_get_opaque_user_data(wsi);
+    void **slot = sockets_http_slot(s, wsi);
+    http_conn *hc = slot ? *slot : NULL;
     if (!hc)
         return;
-    lws_set_opaque_user_data(wsi, NULL);
+    *slot = NULL;
     if (hc->logged && s->log.db) {
         char hex[17];
         snprintf(hex, sizeof hex, "%016llx", (unsigned long long)hc->session);

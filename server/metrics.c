@@ -216,6 +216,21 @@ static void render_connections(const metrics *m, strbuf *sb)
            "WebSocket connections closed at once, before hello (Origin, Host, API key, user key, "
            "loading, stopping, connection limit); counted here, not logged as sessions.",
            (double)m->connections_refused);
+    scalar(sb, "inflight_sockets_open", "gauge",
+           "Accepted sockets of every kind (HTTP, WebSocket, idle TCP): --max-connections counts "
+           "these.",
+           (double)m->sockets_open);
+    family(sb, "inflight_sockets_closed_total", "counter",
+           "Sockets closed for the connection limit: the oldest that had sent no request, closed "
+           "to make room for a new one (silent_evicted), new ones closed at accept past the limit "
+           "(refused), and requests or upgrades answered 503 / 1013 in the band past it "
+           "(over_limit).");
+    sb_printf(sb, "inflight_sockets_closed_total{reason=\"silent_evicted\"} %llu\n",
+              (unsigned long long)m->sockets_evicted);
+    sb_printf(sb, "inflight_sockets_closed_total{reason=\"refused\"} %llu\n",
+              (unsigned long long)m->sockets_refused);
+    sb_printf(sb, "inflight_sockets_closed_total{reason=\"over_limit\"} %llu\n",
+              (unsigned long long)m->sockets_over_limit);
     scalar(sb, "inflight_request_log_refusals_skipped_total", "counter",
            "Refused requests not written to the request log: past their client's budget of "
            "32 rows, refilled at 4 a second (counted in inflight_errors_total all the same).",
@@ -268,9 +283,11 @@ static void render_db(const metrics_live *live, strbuf *sb)
 void metrics_render(const metrics *m, const metrics_live *live, strbuf *sb)
 {
     family(sb, "inflight_build_info", "gauge",
-           "Always 1: the server's version and the CPU kernel family in use (--isa).");
-    sb_printf(sb, "inflight_build_info{version=\"%s\",isa=\"%s\"} 1\n", INFLIGHT_VERSION,
-              live->isa ? live->isa : "unknown");
+           "Always 1: the server's version, the CPU kernel family in use (--isa) and the event "
+           "loop (--event-loop).");
+    sb_printf(sb, "inflight_build_info{version=\"%s\",isa=\"%s\",event_loop=\"%s\"} 1\n",
+              INFLIGHT_VERSION, live->isa ? live->isa : "unknown",
+              live->event_loop ? live->event_loop : "unknown");
     render_requests(m, sb);
     render_batchers(live, sb);
     render_connections(m, sb);

@@ -51,6 +51,10 @@ typedef struct {
     uint64_t closed_slow, closed_too_big, closed_bad_utf8, closed_limit, closed_bad_close;
     uint64_t connections_refused; /* closed at once, before hello: not logged as sessions */
     uint64_t refusals_not_logged; /* refused requests past their client's log budget */
+    uint64_t sockets_open;        /* accepted sockets of every kind (sockets.c) */
+    uint64_t sockets_evicted;     /* silent sockets closed to make room for a new one */
+    uint64_t sockets_refused;     /* closed at accept: past the limit and its band */
+    uint64_t sockets_over_limit;  /* requests answered 503 / upgrades 1013 in the band */
     uint64_t rx_buffer_bytes;     /* receive buffers the WebSocket connections hold */
     uint64_t frames_sent, bytes_sent, step_frames_dropped;
     uint64_t http_requests;
@@ -66,7 +70,8 @@ typedef struct {
     int ready;
     int db_enabled; /* --db given */
     ifl_dblog_stats db;
-    const char *isa; /* the CPU kernel family in use (cpu_isa.h), for inflight_build_info */
+    const char *isa;        /* the CPU kernel family in use (cpu_isa.h), for inflight_build_info */
+    const char *event_loop; /* "libuv" or "poll" */
 } metrics_live;
 
 /* Renders everything into sb (appending). */

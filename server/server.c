@@ -51,6 +51,7 @@ void ifl_server_opts_default(ifl_server_opts *o)
     o->db_queue = 100000;
     o->history = "own";
     o->grace_s = 10;
+    o->event_loop = "uv";
 }
 
 /* The server the signal handler wakes; NULL before the context exists and once it is going. */
@@ -89,6 +90,8 @@ static int srv_callback(struct lws *wsi, enum lws_callback_reasons reason, void 
         if (s)
             drain_bridge(s);
         return 0;
+    case LWS_CALLBACK_WSI_CREATE: sockets_created(s, wsi); return 0;
+    case LWS_CALLBACK_WSI_DESTROY: sockets_destroyed(s, wsi); return 0;
     case LWS_CALLBACK_HTTP:
     case LWS_CALLBACK_HTTP_BODY:
     case LWS_CALLBACK_HTTP_BODY_COMPLETION:
@@ -376,10 +379,12 @@ static int open_log(server *s)
     return 0;
 }
 
-static int listen_on(server *s)
+/* The lws context on the listening socket: on our libuv loop (lws's event-lib plugin, as a
+ * "foreign" loop, so the service loop below still runs one turn at a time and our own signal
+ * handler stays) when use_uv, else on lws's poll(). NULL when lws refuses. */
+static struct lws_context *make_context(server *s, int use_uv)
 {
     const ifl_server_opts *o = s->o;
-    lws_set_log_level(LLL_ERR | LLL_WARN, lws_log_emit);
     struct lws_context_creation_info info;
     memset(&info, 0, sizeof info);
     info.port = o->port;
@@ -391,7 +396,44 @@ static int listen_on(server *s)
     /* an HTTP request's line and headers: at most 8 KiB together (lws closes the connection of
      * one with more); its body is capped by --max-message */
     info.max_http_header_data = 8192;
-    s->ctx = lws_create_context(&info);
+#ifdef INFLIGHT_HAVE_LIBUV
+    void *loops[1] = {&s->uv_loop};
+    if (use_uv) {
+        if (uv_loop_init(&s->uv_loop))
+            return NULL;
+        info.options |= LWS_SERVER_OPTION_LIBUV;
+        info.foreign_loops = loops;
+    }
+    struct lws_context *ctx = lws_create_context(&info);
+    if (use_uv && !ctx) {
+        uv_run(&s->uv_loop, UV_RUN_NOWAIT); /* what lws opened on it closes */
+        uv_loop_close(&s->uv_loop);
+    }
+    s->uv = use_uv && ctx;
+    return ctx;
+#else
+    (void)use_uv;
+    return lws_create_context(&info);
+#endif
+}
+
+static int listen_on(server *s)
+{
+    const ifl_server_opts *o = s->o;
+    lws_set_log_level(LLL_ERR | LLL_WARN, lws_log_emit);
+    int want_uv = !strcmp(o->event_loop, "uv");
+#ifndef INFLIGHT_HAVE_LIBUV
+    if (want_uv) {
+        fprintf(stderr, "inflight serve: --event-loop uv: this build has no libuv (install "
+                        "libuv1-dev and rebuild); serving with poll\n");
+        want_uv = 0;
+    }
+#endif
+    s->ctx = make_context(s, want_uv);
+    if (!s->ctx && want_uv && (s->ctx = make_context(s, 0)))
+        fprintf(stderr,
+                "inflight serve: lws could not run on libuv (is Debian's libwebsockets-evlib-uv "
+                "installed?): serving with poll, whose cost grows with every open socket\n");
     if (!s->ctx) {
         fprintf(stderr,
                 "inflight serve: cannot listen on %s:%d (is the port in use, or the address not "
@@ -400,15 +442,43 @@ static int listen_on(server *s)
         return -1;
     }
     bridge_attach(&s->bridge, s->ctx);
+    sockets_start(s); /* from now on every wsi lws makes is an accepted socket */
     struct lws_vhost *vh = lws_get_vhost_by_name(s->ctx, "default");
     s->port = vh ? lws_get_vhost_listen_port(vh) : o->port;
     if (!o->quiet) {
         printf("inflight serve: listening on http://%s:%d (page /, WebSocket /ws, /healthz, "
-               "/readyz, /metrics)\n",
-               o->host, s->port);
+               "/readyz, /metrics; event loop %s)\n",
+               o->host, s->port, s->uv ? "libuv" : "poll");
         fflush(stdout);
     }
     return 0;
+}
+
+/* One turn of the event loop: until something happened (a socket, a timer, a wake-up). */
+static int service_once(server *s)
+{
+#ifdef INFLIGHT_HAVE_LIBUV
+    if (s->uv) {
+        uv_run(&s->uv_loop, UV_RUN_ONCE);
+        return 0;
+    }
+#endif
+    return lws_service(s->ctx, 0);
+}
+
+/* After lws_context_destroy: on libuv, lws closes its handles in the loop's callbacks. */
+static void close_loop(server *s)
+{
+#ifdef INFLIGHT_HAVE_LIBUV
+    if (!s->uv)
+        return;
+    uv_run(&s->uv_loop, UV_RUN_DEFAULT);
+    if (uv_loop_close(&s->uv_loop))
+        fprintf(stderr, "inflight serve: the libuv loop still had handles open at exit\n");
+    s->uv = 0;
+#else
+    (void)s;
+#endif
 }
 
 /* Until the stop is complete; the exit status. */
@@ -416,7 +486,7 @@ static int service_loop(server *s)
 {
     int rc = 1;
     for (;;) {
-        if (lws_service(s->ctx, 0) < 0)
+        if (service_once(s) < 0)
             break;
         if (atomic_load(&s->load_failed) && !s->stopping) {
             fprintf(stderr, "inflight serve: %s\n", s->load_error);
@@ -495,6 +565,8 @@ static void server_free(server *s)
         lws_sul_cancel(&s->stop_timer);
         bridge_detach(&s->bridge);
         lws_context_destroy(s->ctx); /* closes the sockets still open (CLOSED callbacks) */
+        close_loop(s);
+        sockets_stop(s);
         s->ctx = NULL;
     }
     drain_bridge(s);

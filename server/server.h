@@ -51,6 +51,8 @@ typedef struct {
     const char *api_key;         /* NULL: open; else /v1, /v2 generation and /ws need it (Bearer) */
     const char *allowed_origins; /* more page origins than the same one (origin.h); "*": any */
     const char *allowed_hosts;   /* Host names answered besides loopback's (origin.h); "*": any */
+    const char *event_loop;      /* "uv" (default: libuv through lws's event-lib plugin) or "poll"
+                                    (lws's own poll(): its cost grows with every open socket) */
 } ifl_server_opts;
 
 void ifl_server_opts_default(ifl_server_opts *o);

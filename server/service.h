@@ -22,6 +22,9 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#ifdef INFLIGHT_HAVE_LIBUV
+#include <uv.h>
+#endif
 
 #include "bridge.h"
 #include "dblog.h"
@@ -30,7 +33,7 @@
 #include "metrics.h"
 #include "protocol.h"
 #include "reqlog.h"
-#include "reqlog.h"
+#include "sockets.h"
 #include "request.h"
 #include "server.h"
 
@@ -49,7 +52,8 @@ typedef struct http_gen http_gen; /* http_gen.c: one HTTP generation request */
 typedef struct srv_conn {
     struct server *srv; /* set when the connection is established */
     struct lws *wsi;
-    struct srv_conn *next; /* in server.conns (WebSocket connections only) */
+    struct srv_conn *next, *prev;         /* in server.conns (WebSocket connections only) */
+    struct srv_conn *sub_next, *sub_prev; /* in server.subscribers while subscribed */
     int is_ws;
     char peer[64];
     req_owner owner; /* this connection's session and requests (/ws, or HTTP generation) */
@@ -86,6 +90,10 @@ typedef struct srv_conn {
 typedef struct server {
     const ifl_server_opts *o;
     struct lws_context *ctx;
+#ifdef INFLIGHT_HAVE_LIBUV
+    uv_loop_t uv_loop; /* --event-loop uv: the loop lws runs on (ours, "foreign" to lws) */
+#endif
+    int uv; /* uv_loop is initialised and lws uses it */
     int port;
     uint64_t t0_us;
     long long t0_unix; /* the start, in unix seconds (OpenAI's model "created") */
@@ -105,6 +113,12 @@ typedef struct server {
     proto_limits lim;
     srv_conn *conns;
     int32_t n_conns;
+    srv_conn *subscribers; /* the connections subscribed to step frames */
+    /* every accepted socket (sockets.c) */
+    struct srv_sock **sock_buckets; /* by wsi */
+    size_t n_sock_buckets;
+    int32_t n_sockets, n_evicting;
+    struct srv_sock *silent_head, *silent_tail; /* no request yet, oldest first */
     int stopping;
     uint64_t stop_deadline_us; /* grace period end */
     int closing_sockets;       /* stop: batchers stopped, sockets told 1001 */

@@ -154,6 +154,30 @@ static void send_error(server *s, srv_conn *c, const char *id, ifl_code code, co
     sink_error(c, id, code, message, 0);
 }
 
+/* On or off the subscribers' list (the step frames go to it alone: a step does not visit every
+ * connection, idle ones included). */
+static void set_subscribed(server *s, srv_conn *c, int on)
+{
+    if (on == c->subscribed)
+        return;
+    c->subscribed = on;
+    if (on) {
+        c->sub_prev = NULL;
+        c->sub_next = s->subscribers;
+        if (s->subscribers)
+            s->subscribers->sub_prev = c;
+        s->subscribers = c;
+        return;
+    }
+    if (c->sub_prev)
+        c->sub_prev->sub_next = c->sub_next;
+    else
+        s->subscribers = c->sub_next;
+    if (c->sub_next)
+        c->sub_next->sub_prev = c->sub_prev;
+    c->sub_next = c->sub_prev = NULL;
+}
+
 /* ---- client messages ------------------------------------------------------------------------ */
 
 static void handle_message(server *s, srv_conn *c, const char *text, size_t len)
@@ -173,7 +197,7 @@ static void handle_message(server *s, srv_conn *c, const char *text, size_t len)
     case PROTO_CANCEL: req_cancel(&s->rl, &c->owner, m.id); break;
     case PROTO_SUBSCRIBE:
     case PROTO_UNSUBSCRIBE:
-        c->subscribed = m.kind == PROTO_SUBSCRIBE;
+        set_subscribed(s, c, m.kind == PROTO_SUBSCRIBE);
         proto_write_subscription(&sb, c->subscribed);
         send_frame(s, c, &sb);
         break;
@@ -332,7 +356,7 @@ static int on_filter(srv_conn *c, struct lws *wsi)
     return 0;
 }
 
-static void on_established(server *s, srv_conn *c, struct lws *wsi)
+static int on_established(server *s, srv_conn *c, struct lws *wsi)
 {
     c->srv = s;
     c->wsi = wsi;
@@ -341,6 +365,9 @@ static void on_established(server *s, srv_conn *c, struct lws *wsi)
     c->owner.refusal_log = &c->refusal_log;
     lws_get_peer_simple(wsi, c->peer, sizeof c->peer);
     c->next = s->conns;
+    c->prev = NULL;
+    if (s->conns)
+        s->conns->prev = c;
     s->conns = c;
     s->n_conns++;
     s->m.connections_total++;
@@ -363,7 +390,9 @@ static void on_established(server *s, srv_conn *c, struct lws *wsi)
     } else if (!atomic_load(&s->ready)) {
         code = CLOSE_TRY_AGAIN_LATER;
         refuse = "not ready: the model is loading";
-    } else if (s->n_conns > s->o->max_connections) {
+    } else if (s->n_conns > s->o->max_connections || sockets_over_limit(s)) {
+        if (s->n_conns <= s->o->max_connections)
+            s->m.sockets_over_limit++;
         snprintf(why, sizeof why, "too many connections (limit %d): try again later",
                  s->o->max_connections);
         s->m.closed_limit++;
@@ -373,7 +402,12 @@ static void on_established(server *s, srv_conn *c, struct lws *wsi)
     if (refuse) { /* counted, not logged: refusals cost the sender nothing, the log a row each */
         s->m.connections_refused++;
         close_now(s, c, code, refuse);
-        return;
+        /* closed from this callback, the close frame with it (lws sends it when ESTABLISHED
+         * fails); a close left to a writeable asked for here reached the peer as 1006 on the
+         * libuv loop (on_writeable says why) */
+        lws_close_reason(wsi, (enum lws_close_status)code, (unsigned char *)c->close_reason,
+                         strlen(c->close_reason));
+        return -1;
     }
     if (s->log.db) {
         ifl_dblog_session rec = {.session = c->owner.session_hex,
@@ -385,6 +419,7 @@ static void on_established(server *s, srv_conn *c, struct lws *wsi)
         c->session_logged = 1;
     }
     send_hello(s, c);
+    return 0;
 }
 
 /* One frame out per SERVER_WRITEABLE; -1 closes. */
@@ -392,9 +427,14 @@ static int on_writeable(server *s, srv_conn *c, struct lws *wsi)
 {
     srv_frame *f = c->out_head;
     if (c->close_now || (!f && c->closing)) {
+        /* Closed through lws's timeout, not by returning -1: Debian's lws is built with _DEBUG,
+         * which on the libuv loop closes a wsi whose callback returned -1 twice over, and the
+         * second close kills the socket before the close frame is out (the peer saw 1006). A
+         * keep-alive timeout is the one a close from a timeout does politely. */
         lws_close_reason(wsi, (enum lws_close_status)c->close_code,
                          (unsigned char *)c->close_reason, strlen(c->close_reason));
-        return -1;
+        lws_set_timeout(wsi, PENDING_TIMEOUT_HTTP_KEEPALIVE_IDLE, LWS_TO_KILL_ASYNC);
+        return 0;
     }
     if (!f)
         return 0;
@@ -472,12 +512,15 @@ static void on_closed(server *s, srv_conn *c, struct lws *wsi)
     free(c->rx);
     c->rx = NULL;
     c->rx_cap = 0;
-    for (srv_conn **pp = &s->conns; *pp; pp = &(*pp)->next)
-        if (*pp == c) {
-            *pp = c->next;
-            s->n_conns--;
-            break;
-        }
+    set_subscribed(s, c, 0);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    c->next = c->prev = NULL;
+    s->n_conns--;
     s->m.connections_open = (uint64_t)s->n_conns;
     c->is_ws = 0;
     c->wsi = NULL;
@@ -488,6 +531,8 @@ int ws_callback(server *s, struct lws *wsi, enum lws_callback_reasons reason, sr
 {
     switch (reason) {
     case LWS_CALLBACK_FILTER_NETWORK_CONNECTION: {
+        if (sockets_admit(s))
+            return 1; /* past the limit and its band: closed at once */
         /* A small kernel send buffer (Linux doubles it): a reader that stops is noticed after
          * this plus --max-outbox bytes, not after the megabytes autotuning would allow. */
         int fd = (int)(intptr_t)in, sz = SOCKET_SNDBUF;
@@ -495,8 +540,10 @@ int ws_callback(server *s, struct lws *wsi, enum lws_callback_reasons reason, sr
             fprintf(stderr, "inflight: setsockopt(SO_SNDBUF): %s\n", strerror(errno));
         return 0;
     }
-    case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION: return on_filter(c, wsi);
-    case LWS_CALLBACK_ESTABLISHED: on_established(s, c, wsi); return 0;
+    case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
+        sockets_requested(s, wsi);
+        return on_filter(c, wsi);
+    case LWS_CALLBACK_ESTABLISHED: return on_established(s, c, wsi);
     case LWS_CALLBACK_RECEIVE: return on_receive(s, c, wsi, in, len);
     case LWS_CALLBACK_SERVER_WRITEABLE: return on_writeable(s, c, wsi);
     case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE: return on_peer_close(s, c, wsi, in, len);
@@ -511,8 +558,8 @@ void ws_broadcast_step(server *s, const ifl_step_record *st)
 {
     strbuf shared;
     sb_init(&shared, 0);
-    for (srv_conn *c = s->conns; c; c = c->next) {
-        if (!c->subscribed || c->close_now)
+    for (srv_conn *c = s->subscribers; c; c = c->sub_next) {
+        if (c->close_now)
             continue;
         if (c->out_bytes > (size_t)s->o->max_outbox / 2) {
             c->steps_dropped++;

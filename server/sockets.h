@@ -1,0 +1,38 @@
+/* sockets.h: every accepted socket (HTTP, WebSocket, idle TCP) counted against --max-connections,
+ * the silent ones closed first to make room; the rules are at the top of sockets.c. Service
+ * thread. */
+#ifndef IFL_SOCKETS_H
+#define IFL_SOCKETS_H
+
+#include <libwebsockets.h>
+
+struct server;
+typedef struct srv_sock srv_sock;
+
+/* Sockets past the limit that are still accepted when none can be closed to make room: their
+ * HTTP requests get 503, their upgrades 1013. Within server.c's FD_RESERVE. */
+#define SOCKETS_BAND 8
+/* Sockets closed to make room whose descriptors the event loop has not released yet (libuv closes
+ * them at its next turn; a burst of accepts comes within one): past that many, new sockets are
+ * closed at accept instead. Within FD_RESERVE too. */
+#define SOCKETS_CLOSING_MAX 32
+
+/* Counting starts (once the server listens: its own wsis before are not connections); stops after
+ * lws_context_destroy. */
+void sockets_start(struct server *s);
+void sockets_stop(struct server *s);
+/* lws made / is destroying a wsi (LWS_CALLBACK_WSI_CREATE / _DESTROY). */
+void sockets_created(struct server *s, struct lws *wsi);
+void sockets_destroyed(struct server *s, struct lws *wsi);
+/* The socket sent a complete request (HTTP headers, an upgrade): no longer closed to make room. */
+void sockets_requested(struct server *s, struct lws *wsi);
+/* At accept (FILTER_NETWORK_CONNECTION): 0 to accept (maybe closing a silent socket for it), 1 to
+ * close the new socket at once. */
+int sockets_admit(struct server *s);
+/* More sockets held than --max-connections (the band): answer 503 / 1013. */
+int sockets_over_limit(const struct server *s);
+/* Where http_gen.c keeps its state of the connection (freed with the socket); NULL when the socket
+ * has no record. */
+void **sockets_http_slot(struct server *s, struct lws *wsi);
+
+#endif
