@@ -396,6 +396,7 @@ static struct lws_context *make_context(server *s, int use_uv)
     /* an HTTP request's line and headers: at most 8 KiB together (lws closes the connection of
      * one with more); its body is capped by --max-message */
     info.max_http_header_data = 8192;
+    info.pcontext = &s->ctx_live; /* lws clears it once the context is wholly freed */
 #ifdef INFLIGHT_HAVE_LIBUV
     void *loops[1] = {&s->uv_loop};
     if (use_uv) {
@@ -405,6 +406,7 @@ static struct lws_context *make_context(server *s, int use_uv)
         info.foreign_loops = loops;
     }
     struct lws_context *ctx = lws_create_context(&info);
+    s->ctx_live = ctx;
     if (use_uv && !ctx) {
         uv_run(&s->uv_loop, UV_RUN_NOWAIT); /* what lws opened on it closes */
         uv_loop_close(&s->uv_loop);
@@ -413,7 +415,7 @@ static struct lws_context *make_context(server *s, int use_uv)
     return ctx;
 #else
     (void)use_uv;
-    return lws_create_context(&info);
+    return s->ctx_live = lws_create_context(&info);
 #endif
 }
 
@@ -466,15 +468,23 @@ static int service_once(server *s)
     return lws_service(s->ctx, 0);
 }
 
-/* After lws_context_destroy: on libuv, lws closes its handles in the loop's callbacks. */
+/* After lws_context_destroy: on libuv, lws closes its handles in the loop's callbacks and frees
+ * the context in steps, each finished by a further lws_context_destroy once the loop has run
+ * (lws.h, "the context destruction is in three separate parts"); ctx_live says when it is gone. */
 static void close_loop(server *s)
 {
 #ifdef INFLIGHT_HAVE_LIBUV
     if (!s->uv)
         return;
+    for (int i = 0; i < 4; i++) {
+        uv_run(&s->uv_loop, UV_RUN_DEFAULT);
+        if (!s->ctx_live)
+            break;
+        lws_context_destroy(s->ctx_live);
+    }
     uv_run(&s->uv_loop, UV_RUN_DEFAULT);
-    if (uv_loop_close(&s->uv_loop))
-        fprintf(stderr, "inflight serve: the libuv loop still had handles open at exit\n");
+    if (s->ctx_live || uv_loop_close(&s->uv_loop))
+        fprintf(stderr, "inflight serve: the libuv loop still had lws's handles open at exit\n");
     s->uv = 0;
 #else
     (void)s;

@@ -90,6 +90,7 @@ typedef struct srv_conn {
 typedef struct server {
     const ifl_server_opts *o;
     struct lws_context *ctx;
+    struct lws_context *ctx_live; /* lws's pcontext: NULL once lws freed the context wholly */
 #ifdef INFLIGHT_HAVE_LIBUV
     uv_loop_t uv_loop; /* --event-loop uv: the loop lws runs on (ours, "foreign" to lws) */
 #endif
