@@ -90,7 +90,7 @@ static void test_refusals(ifl_backend *be)
     ifl_batcher_wait_idle(b);
     /* Session 1's last request was 3rd; session 2 joined the cycle ahead of it (4th), then the
      * others were admitted in turn: 1, 2, 1, 1. */
-    int32_t seen[8], n_seen = 0;
+    int32_t seen[8] = {0}, n_seen = 0;
     pthread_mutex_lock(&log_lock);
     for (size_t i = 0; i < n_log && n_seen < 8; i++)
         if (evlog[i].ev.request_id == waiting[2] && evlog[i].ev.type == IFL_EV_QUEUED)
