@@ -115,6 +115,14 @@ static void scalar(strbuf *sb, const char *name, const char *type, const char *h
     sb_printf(sb, "%s %.17g\n", name, v);
 }
 
+/* A counter family's samples, one per reason label (the family line written before). */
+static void by_reason(strbuf *sb, const char *name, const char *const *reasons,
+                      const uint64_t *values, int n)
+{
+    for (int i = 0; i < n; i++)
+        sb_printf(sb, "%s{reason=\"%s\"} %llu\n", name, reasons[i], (unsigned long long)values[i]);
+}
+
 /* Requests, errors, tokens and steps: counters and histograms. */
 static void render_requests(const metrics *m, strbuf *sb)
 {
@@ -198,16 +206,11 @@ static void render_connections(const metrics *m, strbuf *sb)
            (double)m->connections_total);
     family(sb, "inflight_connections_closed_total", "counter",
            "WebSocket connections the server closed, by reason.");
-    sb_printf(sb, "inflight_connections_closed_total{reason=\"slow_reader\"} %llu\n",
-              (unsigned long long)m->closed_slow);
-    sb_printf(sb, "inflight_connections_closed_total{reason=\"message_too_big\"} %llu\n",
-              (unsigned long long)m->closed_too_big);
-    sb_printf(sb, "inflight_connections_closed_total{reason=\"invalid_utf8\"} %llu\n",
-              (unsigned long long)m->closed_bad_utf8);
-    sb_printf(sb, "inflight_connections_closed_total{reason=\"connection_limit\"} %llu\n",
-              (unsigned long long)m->closed_limit);
-    sb_printf(sb, "inflight_connections_closed_total{reason=\"invalid_close_frame\"} %llu\n",
-              (unsigned long long)m->closed_bad_close);
+    static const char *const closed[] = {"slow_reader", "message_too_big", "invalid_utf8",
+                                         "connection_limit", "invalid_close_frame"};
+    const uint64_t closed_n[] = {m->closed_slow, m->closed_too_big, m->closed_bad_utf8,
+                                 m->closed_limit, m->closed_bad_close};
+    by_reason(sb, "inflight_connections_closed_total", closed, closed_n, 5);
     scalar(sb, "inflight_ws_receive_buffer_bytes", "gauge",
            "Bytes of the WebSocket connections' receive buffers (4 KiB kept per connection that "
            "has received; a larger one is freed after its message).",
@@ -225,12 +228,9 @@ static void render_connections(const metrics *m, strbuf *sb)
            "to make room for a new one (silent_evicted), new ones closed at accept past the limit "
            "(refused), and requests or upgrades answered 503 / 1013 in the band past it "
            "(over_limit).");
-    sb_printf(sb, "inflight_sockets_closed_total{reason=\"silent_evicted\"} %llu\n",
-              (unsigned long long)m->sockets_evicted);
-    sb_printf(sb, "inflight_sockets_closed_total{reason=\"refused\"} %llu\n",
-              (unsigned long long)m->sockets_refused);
-    sb_printf(sb, "inflight_sockets_closed_total{reason=\"over_limit\"} %llu\n",
-              (unsigned long long)m->sockets_over_limit);
+    static const char *const sock[] = {"silent_evicted", "refused", "over_limit"};
+    const uint64_t sock_n[] = {m->sockets_evicted, m->sockets_refused, m->sockets_over_limit};
+    by_reason(sb, "inflight_sockets_closed_total", sock, sock_n, 3);
     scalar(sb, "inflight_request_log_refusals_skipped_total", "counter",
            "Refused requests not written to the request log: past their client's budget of "
            "32 rows, refilled at 4 a second (counted in inflight_errors_total all the same).",

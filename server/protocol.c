@@ -297,27 +297,6 @@ static int parse_generate(const cJSON *root, const proto_limits *lim, req_params
     return parse_sampling(root, lim, m, err);
 }
 
-/* Offset of a \u0000 escape inside a JSON string of the text, or -1. cJSON hands strings over
- * NUL-terminated, so a U+0000 would silently cut a prompt, an id or a stop string: refused. */
-static long find_nul_escape(const char *t, size_t n)
-{
-    int in_str = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!in_str) {
-            in_str = t[i] == '"';
-            continue;
-        }
-        if (t[i] == '"') {
-            in_str = 0;
-        } else if (t[i] == '\\' && i + 1 < n) {
-            if (t[i + 1] == 'u' && i + 5 < n && !memcmp(t + i + 2, "0000", 4))
-                return (long)i;
-            i++; /* the escaped character (\uXXXX's digits are plain characters) */
-        }
-    }
-    return -1;
-}
-
 /* The offset of the first byte JSON forbids raw that cJSON would take: a control character
  * (U+0000-U+001F) inside a string, or a NUL anywhere (cJSON reads NUL-terminated strings, so
  * "abc<NUL>def" would run as "abc" and "max_tokens<NUL>zz" pass as max_tokens); -1 if none. */
@@ -340,13 +319,16 @@ static long find_raw_control(const char *t, size_t n, int *in_string)
     return -1;
 }
 
-/* Offset of a \u escape inside a JSON string of the text that is not followed by four hex digits,
- * or -1. JSON forbids it, but cJSON 1.7 decodes it as U+0000, which cuts the string there as a
- * \u0000 would ("max_tokens\uzzzz" read as max_tokens, "a\u00zzb" as "a"): refused. */
-static long find_bad_u_escape(const char *t, size_t n)
+/* The \u escapes inside the text's JSON strings, in one pass: returns the offset of the first one
+ * not followed by four hex digits (-1: none), which JSON forbids and cJSON 1.7 decodes as U+0000,
+ * cutting the string there ("max_tokens\uzzzz" read as max_tokens, "a\u00zzb" as "a"); and sets
+ * *nul_at to the first \u0000 (-1: none): cJSON hands strings over NUL-terminated, so a U+0000
+ * would silently cut a prompt, an id or a stop string. Both are refused. */
+static long find_u_escapes(const char *t, size_t n, long *nul_at)
 {
     static const char hex[] = "0123456789abcdefABCDEF";
     int in_str = 0;
+    *nul_at = -1;
     for (size_t i = 0; i < n; i++) {
         if (!in_str) {
             in_str = t[i] == '"';
@@ -355,10 +337,13 @@ static long find_bad_u_escape(const char *t, size_t n)
         if (t[i] == '"') {
             in_str = 0;
         } else if (t[i] == '\\' && i + 1 < n) {
-            if (t[i + 1] == 'u')
+            if (t[i + 1] == 'u') {
                 for (size_t k = i + 2; k < i + 6; k++)
                     if (k >= n || !t[k] || !strchr(hex, t[k]))
                         return (long)i;
+                if (*nul_at < 0 && !memcmp(t + i + 2, "0000", 4))
+                    *nul_at = (long)i;
+            }
             i++; /* the escaped character (\uXXXX's digits are plain characters) */
         }
     }
@@ -366,8 +351,10 @@ static long find_bad_u_escape(const char *t, size_t n)
 }
 
 /* The tree of one JSON value with nothing but whitespace after it; NULL with err filled. */
-static cJSON *parse_json(const char *text, size_t len, proto_error *err)
+/* *nul_at: where the first \u0000 is (-1: none), for the caller to refuse once it knows the id. */
+static cJSON *parse_json(const char *text, size_t len, long *nul_at, proto_error *err)
 {
+    *nul_at = -1;
     int in_str = 0;
     long raw = find_raw_control(text, len, &in_str);
     if (raw >= 0 && in_str) {
@@ -382,7 +369,7 @@ static cJSON *parse_json(const char *text, size_t len, proto_error *err)
                         "message is not valid JSON: a NUL byte at byte %ld", raw);
         return NULL;
     }
-    long bad = find_bad_u_escape(text, len);
+    long bad = find_u_escapes(text, len, nul_at);
     if (bad >= 0) {
         proto_error_set(err, IFL_CODE_INVALID_JSON,
                         "message is not valid JSON: the \\u escape at byte %ld is not followed by "
@@ -415,7 +402,8 @@ static cJSON *parse_json(const char *text, size_t len, proto_error *err)
 
 struct cJSON *proto_parse_json_object(const char *text, size_t len, proto_error *err)
 {
-    cJSON *root = parse_json(text, len, err);
+    long nul;
+    cJSON *root = parse_json(text, len, &nul, err);
     if (!root)
         return NULL;
     if (!cJSON_IsObject(root)) {
@@ -424,7 +412,6 @@ struct cJSON *proto_parse_json_object(const char *text, size_t len, proto_error 
         cJSON_Delete(root);
         return NULL;
     }
-    long nul = find_nul_escape(text, len);
     if (nul >= 0) {
         proto_error_set(err, IFL_CODE_INVALID_MESSAGE,
                         "a string holds the character U+0000 (\\u0000 at byte %ld): not allowed",
@@ -537,7 +524,8 @@ int proto_parse(const char *text, size_t len, const proto_limits *lim, proto_msg
 {
     memset(m, 0, sizeof *m);
     memset(err, 0, sizeof *err);
-    cJSON *root = parse_json(text, len, err);
+    long nul;
+    cJSON *root = parse_json(text, len, &nul, err);
     if (!root)
         return -1;
     int rc = -1;
@@ -557,7 +545,6 @@ int proto_parse(const char *text, size_t len, const proto_limits *lim, proto_msg
             err->has_id = 1;
         }
     }
-    long nul = find_nul_escape(text, len);
     if (nul >= 0) {
         proto_error_set(err, IFL_CODE_INVALID_MESSAGE,
                         "a string holds the character U+0000 (\\u0000 at byte %ld): not allowed",

@@ -24,13 +24,11 @@
 #include <stdlib.h>
 
 #include "service.h"
-#include "util.h"
 
 struct srv_sock {
     struct srv_sock *prev, *next; /* in server.silent while it has sent no request */
     struct srv_sock *hnext;       /* in its hash bucket */
     struct lws *wsi;
-    uint64_t t_accept_us;
     int silent;   /* no request yet: on the list */
     int evicting; /* closed to make room: counted until lws destroys it */
     void *http;   /* http_gen.c's state of the connection (its session), or NULL */
@@ -92,7 +90,6 @@ void sockets_created(server *s, struct lws *wsi)
     if (!k)
         return; /* uncounted: it is closed like any other, only not evicted */
     k->wsi = wsi;
-    k->t_accept_us = ifl_now_us();
     k->silent = 1;
     k->prev = s->silent_tail;
     if (s->silent_tail)
