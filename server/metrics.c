@@ -6,6 +6,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "wire_guard.h"
+
 static const double LE_LATENCY[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                                     0.25,  0.5,    1,     2.5,  5,     10,   30};
 static const double LE_ITL[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
@@ -231,6 +233,15 @@ static void render_connections(const metrics *m, strbuf *sb)
     static const char *const sock[] = {"silent_evicted", "refused", "over_limit"};
     const uint64_t sock_n[] = {m->sockets_evicted, m->sockets_refused, m->sockets_over_limit};
     by_reason(sb, "inflight_sockets_closed_total", sock, sock_n, 3);
+    family(sb, "inflight_wire_refused_total", "counter",
+           "Requests and frames refused by the wire guard before lws parsed them: a request head "
+           "over its size (head_too_large, 431) or line count (too_many_headers, 431), a request "
+           "target too long (target_too_long, 414) or malformed (bad_head, 400), and unmasked "
+           "client frames (unmasked_frame, closed 1002).");
+    const char *wire[5];
+    for (int i = 0; i < 5; i++)
+        wire[i] = wire_verdict_name((wire_verdict)(i + 1));
+    by_reason(sb, "inflight_wire_refused_total", wire, m->wire_refused, 5);
     scalar(sb, "inflight_request_log_refusals_skipped_total", "counter",
            "Refused requests not written to the request log: past their client's budget of "
            "32 rows, refilled at 4 a second (counted in inflight_errors_total all the same).",

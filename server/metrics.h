@@ -55,6 +55,7 @@ typedef struct {
     uint64_t sockets_evicted;     /* silent sockets closed to make room for a new one */
     uint64_t sockets_refused;     /* closed at accept: past the limit and its band */
     uint64_t sockets_over_limit;  /* requests answered 503 / upgrades 1013 in the band */
+    uint64_t wire_refused[5];     /* by wire_verdict - 1: answered by the wire guard */
     uint64_t rx_buffer_bytes;     /* receive buffers the WebSocket connections hold */
     uint64_t frames_sent, bytes_sent, step_frames_dropped;
     uint64_t http_requests;

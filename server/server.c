@@ -25,6 +25,7 @@
 #include "defaults.h"
 #include "service.h"
 #include "util.h"
+#include "wire_recv.h"
 
 void ifl_server_opts_default(ifl_server_opts *o)
 {
@@ -92,6 +93,7 @@ static int srv_callback(struct lws *wsi, enum lws_callback_reasons reason, void 
         return 0;
     case LWS_CALLBACK_WSI_CREATE: sockets_created(s, wsi); return 0;
     case LWS_CALLBACK_WSI_DESTROY: sockets_destroyed(s, wsi); return 0;
+    case LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED: sockets_instantiated(s, wsi); return 0;
     case LWS_CALLBACK_HTTP:
     case LWS_CALLBACK_HTTP_BODY:
     case LWS_CALLBACK_HTTP_BODY_COMPLETION:
@@ -393,9 +395,9 @@ static struct lws_context *make_context(server *s, int use_uv)
     info.user = s;
     info.options = strchr(o->host, ':') ? 0 : LWS_SERVER_OPTION_DISABLE_IPV6;
     info.timeout_secs = 30;
-    /* an HTTP request's line and headers: at most 8 KiB together (lws closes the connection of
-     * one with more); its body is capped by --max-message */
-    info.max_http_header_data = 8192;
+    /* an HTTP request's line and headers: the wire guard answers 431 past WIRE_HEAD_MAX bytes,
+     * and lws's buffer holds any head it lets through; a body is capped by --max-message */
+    info.max_http_header_data = WIRE_LWS_HEADER_DATA;
     info.pcontext = &s->ctx_live; /* lws clears it once the context is wholly freed */
 #ifdef INFLIGHT_HAVE_LIBUV
     void *loops[1] = {&s->uv_loop};
@@ -444,7 +446,8 @@ static int listen_on(server *s)
         return -1;
     }
     bridge_attach(&s->bridge, s->ctx);
-    sockets_start(s); /* from now on every wsi lws makes is an accepted socket */
+    sockets_start(s);  /* from now on every wsi lws makes is an accepted socket */
+    wire_recv_bind(s); /* and what this thread reads of one goes through the wire guard */
     struct lws_vhost *vh = lws_get_vhost_by_name(s->ctx, "default");
     s->port = vh ? lws_get_vhost_listen_port(vh) : o->port;
     if (!o->quiet) {

@@ -120,6 +120,8 @@ typedef struct server {
     size_t n_sock_buckets;
     int32_t n_sockets, n_evicting;
     struct srv_sock *silent_head, *silent_tail; /* no request yet, oldest first */
+    struct srv_sock **sock_by_fd;               /* the same, by descriptor (wire_recv.c) */
+    int n_sock_by_fd;
     int stopping;
     uint64_t stop_deadline_us; /* grace period end */
     int closing_sockets;       /* stop: batchers stopped, sockets told 1001 */

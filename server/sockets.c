@@ -24,6 +24,7 @@
 #include <stdlib.h>
 
 #include "service.h"
+#include "wire_recv.h"
 
 struct srv_sock {
     struct srv_sock *prev, *next; /* in server.silent while it has sent no request */
@@ -32,6 +33,8 @@ struct srv_sock {
     int silent;   /* no request yet: on the list */
     int evicting; /* closed to make room: counted until lws destroys it */
     void *http;   /* http_gen.c's state of the connection (its session), or NULL */
+    int fd;       /* its descriptor once lws gave it one (-1 before) */
+    wire_conn wire;
 };
 
 static void unlink_silent(server *s, srv_sock *k)
@@ -80,6 +83,40 @@ void sockets_stop(server *s)
     free(s->sock_buckets); /* every record went with its wsi in lws_context_destroy */
     s->sock_buckets = NULL;
     s->n_sock_buckets = 0;
+    wire_recv_bind(NULL);
+    free(s->sock_by_fd);
+    s->sock_by_fd = NULL;
+    s->n_sock_by_fd = 0;
+}
+
+void sockets_instantiated(server *s, struct lws *wsi)
+{
+    srv_sock *k = find(s, wsi);
+    int fd = lws_get_socket_fd(wsi);
+    if (!k || fd < 0)
+        return;
+    if (fd >= s->n_sock_by_fd) {
+        int n = s->n_sock_by_fd ? s->n_sock_by_fd : 256;
+        while (n <= fd)
+            n *= 2;
+        srv_sock **t = realloc(s->sock_by_fd, (size_t)n * sizeof *t);
+        if (!t)
+            return; /* unguarded: lws's own checks only */
+        for (int i = s->n_sock_by_fd; i < n; i++)
+            t[i] = NULL;
+        s->sock_by_fd = t;
+        s->n_sock_by_fd = n;
+    }
+    k->fd = fd;
+    wire_init(&k->wire.scan);
+    s->sock_by_fd[fd] = k;
+}
+
+wire_conn *sockets_wire(server *s, int fd)
+{
+    if (fd < 0 || fd >= s->n_sock_by_fd || !s->sock_by_fd[fd])
+        return NULL;
+    return &s->sock_by_fd[fd]->wire;
 }
 
 void sockets_created(server *s, struct lws *wsi)
@@ -90,6 +127,7 @@ void sockets_created(server *s, struct lws *wsi)
     if (!k)
         return; /* uncounted: it is closed like any other, only not evicted */
     k->wsi = wsi;
+    k->fd = -1;
     k->silent = 1;
     k->prev = s->silent_tail;
     if (s->silent_tail)
@@ -112,6 +150,10 @@ void sockets_destroyed(server *s, struct lws *wsi)
     if (k->http) /* (normally taken at CLOSED_HTTP already) */
         http_gen_conn_closed(s, wsi);
     unlink_silent(s, k);
+    /* (lws may have closed the descriptor already and a new socket got the same number: then
+     * the entry is the new socket's) */
+    if (k->fd >= 0 && k->fd < s->n_sock_by_fd && s->sock_by_fd[k->fd] == k)
+        s->sock_by_fd[k->fd] = NULL;
     srv_sock **pp = &s->sock_buckets[bucket_of(s, wsi)];
     while (*pp != k)
         pp = &(*pp)->hnext;

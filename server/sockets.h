@@ -6,6 +6,8 @@
 
 #include <libwebsockets.h>
 
+#include "wire_guard.h"
+
 struct server;
 typedef struct srv_sock srv_sock;
 
@@ -24,6 +26,17 @@ void sockets_stop(struct server *s);
 /* lws made / is destroying a wsi (LWS_CALLBACK_WSI_CREATE / _DESTROY). */
 void sockets_created(struct server *s, struct lws *wsi);
 void sockets_destroyed(struct server *s, struct lws *wsi);
+/* lws gave the new wsi its descriptor (SERVER_NEW_CLIENT_INSTANTIATED): from now on what it reads
+ * goes through the wire guard (wire_recv.c). */
+void sockets_instantiated(struct server *s, struct lws *wsi);
+/* A registered socket's guard: its scanner and what the guard did about it. */
+typedef struct {
+    wire_state scan;
+    int failed;       /* a verdict was acted on: input is discarded until the peer closes */
+    uint64_t drained; /* bytes discarded since */
+} wire_conn;
+/* The guard of the socket on descriptor fd, or NULL if it has none (not an accepted socket). */
+wire_conn *sockets_wire(struct server *s, int fd);
 /* The socket sent a complete request (HTTP headers, an upgrade): no longer closed to make room. */
 void sockets_requested(struct server *s, struct lws *wsi);
 /* At accept (FILTER_NETWORK_CONNECTION): 0 to accept (maybe closing a silent socket for it), 1 to
