@@ -6,6 +6,11 @@
  * JSON names are all derived from it, so adding a column cannot shift an index. The list query
  * selects LIST_COLUMNS; the one-request query selects those and then DETAIL_COLUMNS.
  *
+ * A list page is made a chunk at a time (history.h): each chunk is one statement, prepared, stepped
+ * and finalized, so no read transaction (no snapshot that would hold back a WAL checkpoint) lasts
+ * longer than one chunk. The first chunk starts at `before` (or the newest); each later one after
+ * the (queued_at, id) of the last row written, which stays valid if retention deletes that row.
+ *
  * Threads: ifl_history_submit runs on the caller's thread (the service thread); the queries, the
  * connection and the `done` calls on the history thread. The job queue is a common/fifo.h FIFO
  * (its own lock), closed by ifl_history_stop. */
@@ -77,18 +82,25 @@ struct ifl_history {
     int scope_all;
     void (*done)(void *ud, history_job *job);
     void *ud;
-    char *sql_list, *sql_one; /* built at start from COLS (read-only after) */
+    char *sql_list, *sql_more, *sql_one; /* built at start from COLS (read-only after) */
     pthread_t thread;
     ifl_fifo jobs; /* history_job nodes (own lock) */
     sqlite3 *db;   /* history thread */
 };
 
+/* The job's answer (the whole of it: `last`; a list chunk clears that after) from sb, which it
+ * takes. The body is cut to its length: a chunk's buffer grew for a row that was then left out. */
 static void answer(history_job *j, int status, strbuf *sb)
 {
     j->status = status;
     j->len = sb->len;
+    j->last = 1;
     j->body = sb_ok(sb) ? sb_steal(sb) : NULL;
-    if (!j->body) {
+    if (j->body) {
+        char *fit = realloc(j->body, j->len + 1);
+        if (fit)
+            j->body = fit;
+    } else {
         j->status = 500;
         j->len = 0;
     }
@@ -200,47 +212,93 @@ static void db_failed(ifl_history *h, history_job *j)
  * row is sent): next_before continues from there. */
 #define HISTORY_PAGE_BYTES (1 << 20)
 
-/* History thread. */
-static void run_list(ifl_history *h, history_job *j)
+/* History thread: the statement for j's next chunk, bound; NULL when it failed (answered). */
+static sqlite3_stmt *list_stmt(ifl_history *h, history_job *j)
 {
+    int after = j->rows > 0; /* a later chunk: after the last row written */
     sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(h->db, h->sql_list, -1, &st, NULL) != SQLITE_OK) {
+    if (sqlite3_prepare_v2(h->db, after ? h->sql_more : h->sql_list, -1, &st, NULL) != SQLITE_OK) {
+        sqlite3_finalize(st);
         db_failed(h, j);
-        return;
+        return NULL;
     }
     sqlite3_bind_int(st, 1, h->scope_all);
     sqlite3_bind_text(st, 2, j->user_hash, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 3, j->before > 0 ? j->before : 0);
-    sqlite3_bind_int(st, 4, j->limit + 1); /* one more: is there a next page? */
+    sqlite3_bind_int64(st, 3, after ? j->last_id : j->before > 0 ? j->before : 0);
+    sqlite3_bind_int(st, 4, j->limit - j->rows + 1); /* one more: is there a next page? */
+    if (after)
+        sqlite3_bind_double(st, 5, j->last_queued);
+    return st;
+}
+
+/* History thread: the next chunk of j's page. The first opens it; a chunk stops before the row
+ * that would take it past HISTORY_CHUNK_BYTES (that row starts the next one); the one that reaches
+ * the page's end (limit rows, HISTORY_PAGE_BYTES, or no more rows) closes it with next_before. */
+static void run_chunk(ifl_history *h, history_job *j)
+{
+    sqlite3_stmt *st = list_stmt(h, j);
+    if (!st)
+        return;
     strbuf sb;
     sb_init(&sb, 0);
-    sb_printf(&sb, "{\"scope\":\"%s\",\"requests\":[", h->scope_all ? "all" : "own");
-    int n = 0, rc;
-    int64_t last_id = 0, more = 0;
+    if (!j->page_bytes)
+        sb_printf(&sb, "{\"scope\":\"%s\",\"requests\":[", h->scope_all ? "all" : "own");
+    int rc, in_chunk = 0, end = 0, more = 0;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         /* rows, and bytes: 500 rows of long completions were a 30 MB answer held per client */
-        if (n == j->limit || (n > 0 && sb.len >= HISTORY_PAGE_BYTES)) {
-            more = 1;
+        if (j->rows == j->limit || (j->rows > 0 && j->page_bytes + sb.len >= HISTORY_PAGE_BYTES)) {
+            more = end = 1;
             break;
         }
-        sb_puts(&sb, n ? ",{" : "{");
+        size_t at = sb.len;
+        sb_puts(&sb, j->rows ? ",{" : "{");
         row_fields(&sb, st, N_LIST_COLS);
         sb_puts(&sb, "}");
-        last_id = sqlite3_column_int64(st, COL_ID);
-        n++;
+        if (in_chunk && sb.len > HISTORY_CHUNK_BYTES) {
+            sb.len = at; /* the next chunk starts with this row */
+            break;
+        }
+        in_chunk++;
+        j->rows++;
+        j->last_id = sqlite3_column_int64(st, COL_ID);
+        j->last_queued = sqlite3_column_double(st, COL_QUEUED_AT);
     }
+    sqlite3_finalize(st); /* the read transaction ends here, every chunk */
     if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
-        sqlite3_finalize(st);
         sb_free(&sb);
         db_failed(h, j);
         return;
     }
-    sqlite3_finalize(st);
-    if (more)
-        sb_printf(&sb, "],\"next_before\":%lld}", (long long)last_id);
-    else
+    if (rc == SQLITE_DONE)
+        end = 1;
+    if (end && more)
+        sb_printf(&sb, "],\"next_before\":%lld}", (long long)j->last_id);
+    else if (end)
         sb_puts(&sb, "],\"next_before\":null}");
+    j->page_bytes += sb.len;
     answer(j, 200, &sb);
+    j->last = end;
+}
+
+/* History thread: a GET's next chunk; for a HEAD, every chunk in turn, only their length kept. */
+static void run_list(ifl_history *h, history_job *j)
+{
+    if (!j->head_only) {
+        run_chunk(h, j);
+        return;
+    }
+    size_t total = 0;
+    do {
+        free(j->body);
+        j->body = NULL;
+        run_chunk(h, j);
+        total += j->len;
+    } while (!j->last && j->body);
+    if (j->status == 200 && j->body) {
+        free(j->body);
+        j->body = NULL;
+        j->len = total;
+    }
 }
 
 /* History thread. */
@@ -304,6 +362,7 @@ static void free_history(ifl_history *h)
 {
     ifl_fifo_destroy(&h->jobs);
     free(h->sql_list);
+    free(h->sql_more);
     free(h->sql_one);
     free(h->path);
     free(h);
@@ -325,11 +384,16 @@ ifl_history *ifl_history_start(const char *db_path, int scope_all,
         "(?1 OR s.user_key = ?2) AND (?3 = 0 OR r.queued_at < (SELECT queued_at FROM "
         "requests WHERE id = ?3) OR (r.queued_at = (SELECT queued_at FROM requests WHERE "
         "id = ?3) AND r.id < ?3)) ORDER BY r.queued_at DESC, r.id DESC LIMIT ?4");
+    h->sql_more =
+        build_select(N_LIST_COLS, "FROM requests r JOIN sessions s ON s.id = r.session_id "
+                                  "WHERE (?1 OR s.user_key = ?2) AND (r.queued_at < ?5 OR "
+                                  "(r.queued_at = ?5 AND r.id < ?3)) ORDER BY "
+                                  "r.queued_at DESC, r.id DESC LIMIT ?4");
     h->sql_one = build_select(N_COLS, "FROM requests r JOIN sessions s ON s.id = r.session_id "
                                       "LEFT JOIN request_tokens t ON t.request_id = r.id "
                                       "WHERE r.id = ?1");
     ifl_fifo_init(&h->jobs, 0);
-    if (!h->path || !h->sql_list || !h->sql_one ||
+    if (!h->path || !h->sql_list || !h->sql_more || !h->sql_one ||
         pthread_create(&h->thread, NULL, history_main, h)) {
         free_history(h);
         return NULL;

@@ -1,7 +1,10 @@
 /* history.h: the history API's queries (GET /api/history, GET /api/requests/ID, docs/protocol.md)
  * on a thread of their own with a read-only connection, so the service thread never waits for the
  * disk. A job goes in; its HTTP status and JSON body come back through the `done` callback (called
- * on the history thread). What it is not: the writer (dblog.h). */
+ * on the history thread). A page of GET /api/history comes in chunks of about HISTORY_CHUNK_BYTES:
+ * the caller submits the same job again for each next chunk, until one comes back `last`; each
+ * chunk is its own query, continuing after the last row written (no read transaction is held
+ * between chunks). What it is not: the writer (dblog.h). */
 #ifndef IFL_HISTORY_H
 #define IFL_HISTORY_H
 
@@ -12,6 +15,10 @@
 
 typedef enum { HISTORY_LIST = 0, HISTORY_ONE = 1 } history_kind;
 
+/* A LIST chunk stops before the row that would take it past this many bytes (a chunk holds at
+ * least one row, so one longer row makes a longer chunk). */
+#define HISTORY_CHUNK_BYTES (64 << 10)
+
 typedef struct history_job {
     ifl_fifo_node node; /* the job queue's link (history.c) */
     history_kind kind;
@@ -19,11 +26,18 @@ typedef struct history_job {
     int32_t limit;      /* LIST */
     int64_t before;     /* LIST: 0 = newest */
     int64_t id;         /* ONE */
+    int head_only;      /* HEAD: only the answer's length is wanted (len; a LIST's body is NULL) */
     void *tag;          /* the caller's (the connection waiting for the answer) */
-    /* result */
+    /* LIST: where the page stands, kept by the history thread between chunks (zero at first) */
+    int32_t rows;       /* rows written so far */
+    size_t page_bytes;  /* bytes of the page so far */
+    int64_t last_id;    /* the last row written: the next chunk starts after it */
+    double last_queued; /* its queued_at */
+    /* result: this chunk (the whole answer for ONE, an error or a HEAD) */
     int status;
-    char *body; /* heap, JSON */
+    char *body; /* heap, JSON; NULL: out of memory (status 500), or a HEAD's LIST */
     size_t len;
+    int last; /* the answer ends with this chunk */
 } history_job;
 
 typedef struct ifl_history ifl_history;

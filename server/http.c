@@ -1,10 +1,10 @@
 /* http.c: the HTTP side of the one port (service.h): files of web/ only through plain path
- * segments (then realpath must stay inside web/), /healthz, /readyz, /metrics, and the history
- * API (checked here, answered by the history thread through the bridge), and Triton's probes and
+ * segments (then realpath must stay inside web/), /healthz, /readyz, /metrics, the history API
+ * (http_history.c: answered by the history thread through the bridge), and Triton's probes and
  * metadata under /v2 (http_v2.c), OpenAI's GET /v1/models; POST .../generate[_stream],
  * /v1/completions and /v1/chat/completions go to http_gen.c. Every response
  * carries nosniff, no-referrer and a strict Content-Security-Policy; only GET and HEAD (405
- * otherwise); /ws without an upgrade is 426. Service thread, except http_on_history_done. */
+ * otherwise); /ws without an upgrade is 426. Service thread. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "http_api.h"
+#include "http_history.h"
 #include "origin.h"
 #include "service.h"
 #include "sha256.h"
@@ -20,14 +21,6 @@
 
 #define HTTP_MAX_FILE (8u << 20)
 #define HTTP_CHUNK 16384
-
-/* A history query and the bridge item its answer travels in: answering never allocates, so an
- * answer cannot be lost on the way back to its connection. `job` first: freeing the job frees
- * both. */
-typedef struct {
-    history_job job;
-    bridge_item answer;
-} http_job;
 
 int srv_refusal(const server *s, struct lws *wsi, int origin, char *why, size_t cap)
 {
@@ -147,12 +140,21 @@ static int web_path_ok(const char *p)
     }
 }
 
-int http_respond(srv_conn *c, struct lws *wsi, int status, const char *ctype, char *body,
-                 size_t len, int head_only, const char *extra_name, const char *extra_value)
+int http_headers(struct lws *wsi, int status, const char *ctype, size_t len, int chunked,
+                 const char *extra_name, const char *extra_value)
 {
     uint8_t hbuf[LWS_PRE + 2048], *start = hbuf + LWS_PRE, *p = start, *end = hbuf + sizeof hbuf;
-    if (lws_add_http_common_headers(wsi, (unsigned)status, ctype, len, &p, end))
-        goto fail;
+    if (chunked) {
+        if (lws_add_http_header_status(wsi, (unsigned)status, &p, end) ||
+            lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CONTENT_TYPE,
+                                         (const unsigned char *)ctype, (int)strlen(ctype), &p,
+                                         end) ||
+            lws_add_http_header_by_name(wsi, (const unsigned char *)"transfer-encoding:",
+                                        (const unsigned char *)"chunked", 7, &p, end))
+            return -1;
+    } else if (lws_add_http_common_headers(wsi, (unsigned)status, ctype, len, &p, end)) {
+        return -1;
+    }
     static const char *const hdrs[][2] = {
         {"x-content-type-options:", "nosniff"},
         {"referrer-policy:", "no-referrer"},
@@ -165,12 +167,18 @@ int http_respond(srv_conn *c, struct lws *wsi, int status, const char *ctype, ch
         if (lws_add_http_header_by_name(wsi, (const unsigned char *)hdrs[i][0],
                                         (const unsigned char *)hdrs[i][1], (int)strlen(hdrs[i][1]),
                                         &p, end))
-            goto fail;
+            return -1;
     if (extra_name && lws_add_http_header_by_name(wsi, (const unsigned char *)extra_name,
                                                   (const unsigned char *)extra_value,
                                                   (int)strlen(extra_value), &p, end))
-        goto fail;
-    if (lws_finalize_write_http_header(wsi, start, &p, end))
+        return -1;
+    return lws_finalize_write_http_header(wsi, start, &p, end) ? -1 : 0;
+}
+
+int http_respond(srv_conn *c, struct lws *wsi, int status, const char *ctype, char *body,
+                 size_t len, int head_only, const char *extra_name, const char *extra_value)
+{
+    if (http_headers(wsi, status, ctype, len, 0, extra_name, extra_value))
         goto fail;
     if (head_only || !len) {
         free(body);
@@ -252,94 +260,6 @@ static int http_serve_file(server *s, srv_conn *c, struct lws *wsi, const char *
                          head_only);
     }
     return http_respond(c, wsi, HTTP_STATUS_OK, mime_type(real), data, len, head_only, NULL, NULL);
-}
-
-static int http_json_error(srv_conn *c, struct lws *wsi, int status, const char *msg, int head_only)
-{
-    strbuf sb;
-    sb_init(&sb, 0);
-    sb_puts(&sb, "{\"error\":");
-    sb_json_str(&sb, msg, strlen(msg));
-    sb_puts(&sb, "}");
-    return http_respond_json(c, wsi, status, &sb, head_only, NULL, NULL);
-}
-
-/* Parses a decimal argument in [lo, hi]; -1 if present and bad, 0 absent, 1 read. */
-static int url_int(struct lws *wsi, const char *name, int64_t lo, int64_t hi, int64_t *out)
-{
-    char buf[64];
-    const char *v = lws_get_urlarg_by_name(wsi, name, buf, sizeof buf);
-    if (!v)
-        return 0;
-    char *end;
-    long long x = strtoll(v, &end, 10);
-    if (!*v || *end || x < lo || x > hi)
-        return -1;
-    *out = x;
-    return 1;
-}
-
-/* GET /api/history and /api/requests/ID (docs/protocol.md): checked here, answered by the
- * history thread. */
-static int http_api(server *s, srv_conn *c, struct lws *wsi, const char *path, int head_only)
-{
-    c->answer_head_only = head_only;
-    if (!strcmp(s->o->history, "off"))
-        return http_json_error(c, wsi, HTTP_STATUS_FORBIDDEN, "history is off on this server",
-                               head_only);
-    if (!s->history)
-        return http_json_error(c, wsi, HTTP_STATUS_SERVICE_UNAVAILABLE,
-                               "this server keeps no request log: start it with --db PATH",
-                               head_only);
-    http_job *hj = calloc(1, sizeof *hj);
-    if (!hj)
-        return -1;
-    history_job *j = &hj->job;
-    char key[128];
-    const char *v = lws_get_urlarg_by_name(wsi, "user=", key, sizeof key);
-    if (v && srv_user_key_hash(v, j->user_hash)) {
-        free(j);
-        return http_json_error(c, wsi, HTTP_STATUS_BAD_REQUEST,
-                               "user must be 16 to 64 characters of A-Z a-z 0-9 _ -", head_only);
-    }
-    if (!v && strcmp(s->o->history, "all")) {
-        free(j);
-        return http_json_error(c, wsi, HTTP_STATUS_BAD_REQUEST,
-                               "user=KEY is required: history shows a key's own requests",
-                               head_only);
-    }
-    if (!strcmp(path, "/api/history")) {
-        int64_t limit = 50, before = 0;
-        if (url_int(wsi, "limit=", 1, 500, &limit) < 0) {
-            free(j);
-            return http_json_error(c, wsi, HTTP_STATUS_BAD_REQUEST,
-                                   "limit must be an integer from 1 to 500", head_only);
-        }
-        if (url_int(wsi, "before=", 1, INT64_MAX, &before) < 0) {
-            free(j);
-            return http_json_error(c, wsi, HTTP_STATUS_BAD_REQUEST,
-                                   "before must be a request id (a positive integer)", head_only);
-        }
-        j->kind = HISTORY_LIST;
-        j->limit = (int32_t)limit;
-        j->before = before;
-    } else {
-        const char *idp = path + strlen("/api/requests/");
-        char *end;
-        long long id = strtoll(idp, &end, 10);
-        if (!*idp || *end || id < 1) {
-            free(j);
-            return http_json_error(c, wsi, HTTP_STATUS_NOT_FOUND,
-                                   "no such request: the id must be a positive integer", head_only);
-        }
-        j->kind = HISTORY_ONE;
-        j->id = id;
-    }
-    j->tag = c;
-    c->job = j;
-    c->wsi = wsi;
-    ifl_history_submit(s->history, j);
-    return 0;
 }
 
 static int http_readyz(server *s, srv_conn *c, struct lws *wsi, int head_only)
@@ -511,7 +431,7 @@ static int http_request(server *s, srv_conn *c, struct lws *wsi, const char *pat
     if (!strcmp(path, "/metrics"))
         return http_metrics(s, c, wsi, is_head);
     if (!strcmp(path, "/api/history") || !strncmp(path, "/api/requests/", 14))
-        return http_api(s, c, wsi, path, is_head);
+        return http_history_begin(s, c, wsi, path, is_head);
     if (!strncmp(path, "/v2", 3) && (!path[3] || path[3] == '/'))
         return http_v2(s, c, wsi, path, is_head);
     if (!strncmp(path, "/v1/", 4)) {
@@ -525,22 +445,12 @@ static int http_request(server *s, srv_conn *c, struct lws *wsi, const char *pat
     return http_serve_file(s, c, wsi, path, is_head);
 }
 
-static int http_writeable(srv_conn *c, struct lws *wsi)
+static int http_writeable(server *s, srv_conn *c, struct lws *wsi)
 {
     if (http_gen_streaming(c))
         return http_gen_writeable(c, wsi);
-    if (c->answer) {
-        history_job *j = c->answer;
-        c->answer = NULL;
-        char *body = j->body;
-        size_t len = j->len;
-        int status = j->status;
-        free(j);
-        if (!body)
-            return -1;
-        return http_respond(c, wsi, status, "application/json", body, len, c->answer_head_only,
-                            NULL, NULL);
-    }
+    if (c->answer)
+        return http_history_writeable(s, c, wsi);
     if (!c->http_body)
         return 0;
     uint8_t buf[LWS_PRE + HTTP_CHUNK];
@@ -563,34 +473,6 @@ static int http_writeable(srv_conn *c, struct lws *wsi)
     return 0;
 }
 
-/* A history answer is back: hand it to its connection (written at its next HTTP_WRITEABLE), or
- * drop it if the connection went away. */
-void http_history_answer(server *s, history_job *j)
-{
-    (void)s;
-    srv_conn *c = j->tag;
-    if (!c || c->job != j || !c->wsi) {
-        free(j->body);
-        free(j);
-        return;
-    }
-    c->job = NULL;
-    c->answer = j;
-    lws_callback_on_writable(c->wsi);
-}
-
-/* History thread: the answer goes through the event queue like everything else. */
-void http_on_history_done(void *ud, history_job *job)
-{
-    server *s = ud;
-    http_job *hj = (http_job *)job;
-    memset(&hj->answer, 0, sizeof hj->answer);
-    hj->answer.kind = BRIDGE_HISTORY;
-    hj->answer.job = job;
-    hj->answer.embedded = 1;
-    bridge_push(&s->bridge, &hj->answer);
-}
-
 /* The connection is gone: a history answer still to come is dropped when it arrives. */
 static void on_closed_http(server *s, srv_conn *c, struct lws *wsi)
 {
@@ -600,14 +482,7 @@ static void on_closed_http(server *s, srv_conn *c, struct lws *wsi)
     http_gen_closed(s, c);
     free(c->http_body);
     c->http_body = NULL;
-    if (c->job)
-        c->job->tag = NULL; /* its answer is dropped when it comes */
-    c->job = NULL;
-    if (c->answer) {
-        free(c->answer->body);
-        free(c->answer);
-        c->answer = NULL;
-    }
+    http_history_closed(s, c);
     c->wsi = NULL;
 }
 
@@ -618,7 +493,7 @@ int http_callback(server *s, struct lws *wsi, enum lws_callback_reasons reason, 
     case LWS_CALLBACK_HTTP: return http_request(s, c, wsi, (const char *)in);
     case LWS_CALLBACK_HTTP_BODY: return http_gen_body(s, c, wsi, in, len);
     case LWS_CALLBACK_HTTP_BODY_COMPLETION: return http_gen_body_done(s, c, wsi);
-    case LWS_CALLBACK_HTTP_WRITEABLE: return http_writeable(c, wsi);
+    case LWS_CALLBACK_HTTP_WRITEABLE: return http_writeable(s, c, wsi);
     case LWS_CALLBACK_CLOSED_HTTP: on_closed_http(s, c, wsi); return 0;
     /* the transaction is over (lws frees this per-session data before the next request on a
      * keep-alive connection, or at the close) */

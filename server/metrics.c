@@ -217,6 +217,10 @@ static void render_connections(const metrics *m, strbuf *sb)
            "Bytes of the WebSocket connections' receive buffers (4 KiB kept per connection that "
            "has received; a larger one is freed after its message).",
            (double)m->rx_buffer_bytes);
+    scalar(sb, "inflight_history_buffered_bytes", "gauge",
+           "Bytes of history API answers the HTTP connections hold, written or waiting to be: at "
+           "most one chunk of a page (about 64 KiB, more only for a longer row) per connection.",
+           (double)m->history_buffered_bytes);
     scalar(sb, "inflight_connections_refused_total", "counter",
            "WebSocket connections closed at once, before hello (Origin, Host, API key, user key, "
            "loading, stopping, connection limit); counted here, not logged as sessions.",

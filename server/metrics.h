@@ -59,6 +59,8 @@ typedef struct {
     uint64_t rx_buffer_bytes;     /* receive buffers the WebSocket connections hold */
     uint64_t frames_sent, bytes_sent, step_frames_dropped;
     uint64_t http_requests;
+    /* history API answers (chunks, http.c) the HTTP connections hold */
+    uint64_t history_buffered_bytes;
     double start_time_s; /* unix time */
 } metrics;
 

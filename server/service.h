@@ -84,7 +84,6 @@ typedef struct srv_conn {
     /* HTTP: an answer computed elsewhere (history), written at the next HTTP_WRITEABLE */
     history_job *job; /* waiting for it; job->tag is this connection */
     history_job *answer;
-    int answer_head_only; /* the request the answer is for was a HEAD: headers only */
 } srv_conn;
 
 typedef struct server {
