@@ -277,9 +277,9 @@ static void close_phase(server *s)
     int cancelled = requests_in_flight(s) > 0;
     stop_batchers(s);
     if (!s->o->quiet) {
-        printf("inflight serve: %s; closing %d connection(s)\n",
+        printf("inflight serve: %s; closing %d connection(s), %d HTTP answer(s) to finish\n",
                cancelled ? "grace period over: cancelled what still ran" : "all requests finished",
-               s->n_conns);
+               s->n_conns, sockets_http_busy(s));
         fflush(stdout);
     }
     ws_close_all(s);
@@ -516,7 +516,8 @@ static int service_loop(server *s)
         if (s->stopping && !s->closing_sockets &&
             (!requests_in_flight(s) || ifl_now_us() > s->stop_deadline_us))
             close_phase(s);
-        if (s->closing_sockets && (!s->conns || ifl_now_us() > s->stop_deadline_us))
+        if (s->closing_sockets &&
+            ((!s->conns && !sockets_http_busy(s)) || ifl_now_us() > s->stop_deadline_us))
             break;
     }
     return rc;

@@ -197,6 +197,18 @@ int sockets_over_limit(const server *s)
     return s->n_sockets - s->n_evicting > s->o->max_connections;
 }
 
+int32_t sockets_http_busy(server *s)
+{
+    int32_t n = 0;
+    for (size_t b = 0; b < s->n_sock_buckets; b++)
+        for (srv_sock *k = s->sock_buckets[b]; k; k = k->hnext) {
+            const srv_conn *c = lws_wsi_user(k->wsi);
+            if (c && !c->is_ws && (c->http_body || c->gen || c->job || c->answer))
+                n++;
+        }
+    return n;
+}
+
 void **sockets_http_slot(server *s, struct lws *wsi)
 {
     srv_sock *k = find(s, wsi);

@@ -44,6 +44,9 @@ void sockets_requested(struct server *s, struct lws *wsi);
 int sockets_admit(struct server *s);
 /* More sockets held than --max-connections (the band): answer 503 / 1013. */
 int sockets_over_limit(const struct server *s);
+/* HTTP connections with an answer not yet written out (a file, a history page, a generation's
+ * JSON or stream, or a body still coming): the stop waits for them as for WebSockets. */
+int32_t sockets_http_busy(struct server *s);
 /* Where http_gen.c keeps its state of the connection (freed with the socket); NULL when the socket
  * has no record. */
 void **sockets_http_slot(struct server *s, struct lws *wsi);
