@@ -156,8 +156,8 @@ int host_allowed(const char *bind, const char *allowed_hosts, const char *host)
     size_t nl = strlen(name);
     if (nl && name[nl - 1] == '.')
         name[nl - 1] = 0; /* "localhost." is localhost */
-    if (host_is_loopback(bind) &&
-        (!strcasecmp(name, "localhost") || !strcmp(name, "::1") || ipv4_loopback(name)))
+    /* the loopback names, whatever the address bound (a rebinding page's Host is its own name) */
+    if (!strcasecmp(name, "localhost") || !strcmp(name, "::1") || ipv4_loopback(name))
         return 1;
     char b[256];
     if (bind) {

@@ -17,8 +17,9 @@ int origin_allowed(const char *list, const char *origin, const char *host);
 int host_is_loopback(const char *bind);
 
 /* 1 if a request with this Host header (NULL: none) may be answered: always when bound to a
- * public address and allowed_hosts is NULL; otherwise its name must be a loopback name (when
- * bound to loopback), the bound address, or one of allowed_hosts (comma-separated names, or *). */
+ * public address and allowed_hosts is NULL; otherwise its name must be a loopback name (whatever
+ * the bind: a DNS-rebinding page sends its own name), the bound address, or one of allowed_hosts
+ * (comma-separated names, or *). */
 int host_allowed(const char *bind, const char *allowed_hosts, const char *host);
 
 #endif
