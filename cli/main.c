@@ -3,6 +3,8 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cpu_isa.h"
+#include "device.h"
 
 static void usage(FILE *f)
 {
@@ -16,9 +18,30 @@ static void usage(FILE *f)
                "  client       the terminal demo and the benchmark against a running server\n"
                "  db           the request log's schema: migrate, status\n"
                "  bench        measure the scheduler in-process (or the engine: --engine)\n"
-               "  version      print the version\n"
+               "  version      print the version (--devices: and the device and CPU kernels\n"
+               "               serve would use here)\n"
                "\n"
                "Run 'inflight <command> --help' for the options of a command.\n");
+}
+
+/* The version; with devices, what --device auto and --isa auto resolve to on this machine (a
+ * container's entry point prints it first, so a missing GPU is said at once). */
+static int version(int devices)
+{
+    printf("inflight %s\n", INFLIGHT_VERSION);
+    if (!devices)
+        return 0;
+    ifl_device got;
+    char why[300];
+    ifl_err err;
+    if (ifl_device_resolve(IFL_DEVICE_AUTO, &got, why, (int)sizeof why, &err)) {
+        printf("device: %s\n", err.msg);
+        return 1;
+    }
+    printf("device: %s (%s)\n", ifl_device_name(got), why);
+    printf("cpu: isa %s (the best this CPU has; it has %s)\n", ifl_isa_name(ifl_isa_best()),
+           ifl_cpu_features());
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -50,10 +73,8 @@ int main(int argc, char **argv)
         return 2;
     }
 #endif
-    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
-        printf("inflight %s\n", INFLIGHT_VERSION);
-        return 0;
-    }
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version"))
+        return version(argc > 2 && !strcmp(argv[2], "--devices"));
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         return 0;
