@@ -10,7 +10,8 @@
 #                                    cJSON for arm64, which makes arm64 a dpkg foreign architecture;
 #                                    for the fuzz stage clang and its libFuzzer runtime,
 #                                    libclang-rt-dev, which clang's packages only recommend;
-#                                    nginx for the scale-out test, tests/deploy)
+#                                    nginx for the scale-out test (tests/deploy); for the docker
+#                                    stage docker.io, docker-compose and debootstrap)
 # Used by scripts/serve.sh and (with --test) scripts/test.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +25,7 @@ test_set=0
 if [ "${1:-}" = "--test" ]; then
   test_set=1
   APT_PACKAGES+=(chromium prometheus curl sqlite3 nginx)
+  APT_PACKAGES+=(docker.io docker-compose debootstrap)
   APT_PACKAGES+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static libcjson-dev:arm64)
   APT_PACKAGES+=(clang libclang-rt-dev)
 fi

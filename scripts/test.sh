@@ -9,9 +9,13 @@
 #      avx2 kernel families: valgrind cannot run AVX-512 code);
 #   5. aarch64: the engine cross-compiled with Debian's gcc-aarch64-linux-gnu (scalar kernels) and
 #      its C tests run under qemu-user-static (scripts/test-aarch64.sh, which says which and why);
-#   6. libFuzzer (clang): the /ws message parser and the OpenAI and Triton request body parsers,
-#      each fuzzed for INFLIGHT_FUZZ_SECONDS over its seed corpus (tests/fuzz), failing on any
-#      crash, sanitizer report, leak or timeout.
+#   6. libFuzzer (clang): the /ws message parser, the OpenAI and Triton request body parsers and
+#      the wire guard's scanner of raw connection bytes, each fuzzed for INFLIGHT_FUZZ_SECONDS over
+#      its seed corpus (tests/fuzz), failing on any crash, sanitizer report, leak or timeout;
+#   7. docker (Debian's docker.io; dockerd started if none runs): the CPU image built from
+#      docker/Dockerfile on a base made offline with debootstrap, run, a /ws and an OpenAI request
+#      streamed through it, stopped with docker stop mid-stream, its database checked
+#      (tests/docker/image.test.sh); the compose files checked with docker-compose config.
 # The kernel tests (test_matmul, test_golden, test_batched, test_sampler) run once per CPU kernel
 # family (NAME_scalar, NAME_avx2, NAME_avx512); a family this CPU lacks is reported skipped.
 # Stages 1 and 2 build the CUDA backend where nvcc is found (its GPU tests skip without a GPU);
@@ -99,7 +103,7 @@ begin "aarch64 cross build, C tests under qemu"
 scripts/test-aarch64.sh build-aarch64
 end
 
-begin "libFuzzer: the /ws message and HTTP body parsers"
+begin "libFuzzer: the /ws message and HTTP body parsers, the wire guard"
 # clang, and its libFuzzer runtime (Debian: libclang-rt-dev), which clang alone does not bring
 fuzz_cc=$(command -v clang || true)
 fuzz_missing=""
@@ -131,5 +135,25 @@ else
   grep -h ': passed: ' build-fuzz/Testing/Temporary/LastTest.log || true
   end
 fi
+
+begin "docker: the CPU image built from docker/Dockerfile, run, drained"
+# the base image made offline (scripts/docker-base.sh), the image built (its layer cache reused
+# between runs), run with host networking on loopback, a /ws and an OpenAI stream through it, then
+# docker stop and the database on its volume checked; each part's time is printed
+set +e
+tests/docker/image.test.sh # exit 77: docker cannot run here (under CI=true the test fails instead)
+docker_rc=$?
+set -e
+if [ "$docker_rc" = 77 ]; then
+  echo "== stage $stage skipped: docker cannot run on this machine (tests/docker/image.test.sh said why)"
+elif [ "$docker_rc" != 0 ]; then
+  exit "$docker_rc"
+elif command -v docker-compose >/dev/null 2>&1; then
+  # the compose file and its CUDA overlay parse, with every service, volume and port resolved
+  docker-compose -f docker/compose.yaml config -q
+  docker-compose -f docker/compose.yaml -f docker/compose.cuda.yaml config -q
+  echo "test.sh: docker/compose.yaml and compose.cuda.yaml: docker-compose config ok"
+fi
+end
 
 echo "== all $stage stages passed in $((SECONDS - t_all)) s"
