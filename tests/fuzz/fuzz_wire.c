@@ -3,22 +3,8 @@
  * first two bytes pick a split point. Checks: no crash; the verdict and its message are the same
  * fed whole, in two parts, and one byte at a time; a message is printable ASCII (it goes into an
  * HTTP body or a close frame's reason, at most 123 bytes); a spent state keeps its verdict. */
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
+#include "fuzz_common.h"
 #include "wire_guard.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define FUZZ_CHECK(cond)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);               \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
 
 static wire_verdict feed(wire_state *w, const uint8_t *p, size_t n, size_t step)
 {
