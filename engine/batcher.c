@@ -254,7 +254,8 @@ static ifl_submit_status check_request(const ifl_batcher *b, const ifl_request_p
 static req *req_copy(const ifl_request_params *p)
 {
     req *r = calloc(1, sizeof *r);
-    int32_t *prompt = malloc((size_t)p->n_prompt * sizeof *prompt);
+    /* room for the generated tokens too: the prefix cache publishes their blocks */
+    int32_t *prompt = malloc(((size_t)p->n_prompt + (size_t)p->max_tokens) * sizeof *prompt);
     if (!r || !prompt) {
         free(r);
         free(prompt);
@@ -330,6 +331,7 @@ void batcher_emit_done(ifl_batcher *b, req *r, ifl_finish f, const char *message
                     .finish = f,
                     .prompt_tokens = r->n_prompt,
                     .completion_tokens = r->n_generated,
+                    .cached_tokens = r->n_cached,
                     .t_queued = r->t_queued,
                     .t_admitted = r->t_admitted,
                     .t_first_token = r->t_first,
@@ -438,6 +440,7 @@ static void batcher_free(ifl_batcher *b)
     free(b->pos_cursor);
     free(b->step_ids);
     free(b->step_prefill);
+    free(b->step_cached);
     free(b->text);
     pthread_mutex_destroy(&b->lock);
     pthread_cond_destroy(&b->wake);
@@ -454,6 +457,7 @@ static int alloc_buffers(ifl_batcher *b, ifl_err *err)
     if (ifl_kv_pool_init(&b->pool, bp->kv_blocks, bp->kv_block_size, err) ||
         ifl_sampler_init(&b->sampler, V, err))
         return -1;
+    ifl_kv_pool_set_prefix_cache(&b->pool, !b->p.no_prefix_cache, b->p.cache_salt);
     b->running = calloc((size_t)S, sizeof *b->running);
     b->in_step = calloc((size_t)S, sizeof *b->in_step);
     b->step_reqs = calloc((size_t)S, sizeof *b->step_reqs);
@@ -469,6 +473,7 @@ static int alloc_buffers(ifl_batcher *b, ifl_err *err)
     b->tables = malloc((size_t)S * sizeof *b->tables);
     b->step_ids = malloc((size_t)S * sizeof *b->step_ids);
     b->step_prefill = malloc((size_t)S);
+    b->step_cached = malloc((size_t)S * sizeof *b->step_cached);
     size_t longest = 0;
     for (int32_t id = 0; id < ifl_tokenizer_n_vocab(b->p.tok); id++) {
         size_t len;
@@ -479,7 +484,7 @@ static int alloc_buffers(ifl_batcher *b, ifl_err *err)
     b->text = malloc(b->text_cap);
     if (!b->running || !b->in_step || !b->step_reqs || !b->cancelled || !b->pos_cursor ||
         !b->logits || !b->sreq || !b->next_tok || !b->tokens || !b->run_start || !b->pos0 ||
-        !b->nblk || !b->tables || !b->step_ids || !b->step_prefill || !b->text)
+        !b->nblk || !b->tables || !b->step_ids || !b->step_prefill || !b->step_cached || !b->text)
         return ifl_err_set(err, "batcher: out of memory for %d sequences of %d tokens per step", S,
                            T);
     return 0;
@@ -523,6 +528,7 @@ ifl_batcher *ifl_batcher_start(ifl_backend *be, const ifl_batcher_params *params
     if (alloc_buffers(b, err))
         goto fail;
     b->stats.kv_total = b->pool.n_blocks;
+    b->stats.prefix_cache = b->pool.cache_on;
     if (pthread_create(&b->thread, NULL, batcher_main, b)) {
         ifl_err_set(err, "batcher: cannot start its thread");
         goto fail;

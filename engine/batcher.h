@@ -8,6 +8,11 @@
  *                        the step's token budget allow; a step runs the decode token of every
  *                        running sequence first, then prefill chunks of new ones within the budget.
  * Admission reserves KV blocks for prompt + max_tokens, so a running request is never evicted.
+ * With the prefix cache (on unless no_prefix_cache; kv.h), admission first takes the longest
+ * cached prefix of the prompt in whole blocks and prefills only the rest; every full block a
+ * request computes (prompt or generated) is published as it fills, so a later request that
+ * shares the opening, or continues the conversation, finds it. Cached blocks nobody holds count
+ * as free for admission and are evicted, least recently released first, only for room.
  * Admission goes round-robin across sessions (the owner of a request: a connection, a user), so
  * one session's 50 queued requests cannot starve another's one.
  *
@@ -106,6 +111,7 @@ typedef struct {
     size_t text_len;
     ifl_finish finish;                        /* DONE */
     int32_t prompt_tokens, completion_tokens; /* DONE */
+    int32_t cached_tokens; /* STARTED, DONE: prompt tokens found in the prefix cache */
     /* DONE: monotonic microseconds (ifl_now_us); 0 when the stage was never reached */
     uint64_t t_queued, t_admitted, t_first_token, t_finished;
     const char *message; /* DONE with IFL_FINISH_ERROR */
@@ -121,6 +127,8 @@ typedef struct {
     int32_t prefill_tokens, decode_tokens;
     const uint64_t *request_ids; /* (n_seqs) valid during the callback */
     const uint8_t *is_prefill;   /* (n_seqs) 1: a prefill chunk, 0: a decode token */
+    const int32_t *cached;       /* (n_seqs) the request's cached prefix on the run that begins
+                                    its prompt after it, else 0 */
     int32_t running, waiting;    /* after the step */
     int32_t kv_used, kv_total;   /* blocks */
 } ifl_step_record;
@@ -133,6 +141,8 @@ typedef struct {
     int32_t step_tokens;      /* token budget of a step (>= max_batch) */
     int32_t eos_token;        /* -1: none */
     const ifl_tokenizer *tok; /* for token text and stop strings (required) */
+    int no_prefix_cache;      /* 1: every prompt is computed whole (kv.h) */
+    uint64_t cache_salt;      /* folded into the prefix cache's keys (the model, weights, device) */
     void (*on_event)(void *ud, const ifl_event *ev);
     void (*on_step)(void *ud, const ifl_step_record *rec); /* optional */
     void *ud;
@@ -170,6 +180,15 @@ typedef struct {
     int32_t kv_used, kv_total;
     uint64_t steps;
     uint64_t tokens_generated;
+    /* the prefix cache (kv.h) */
+    int prefix_cache;                /* on */
+    int32_t kv_cached;               /* published blocks (held or not) */
+    int32_t kv_cached_unused;        /* of them, held by no request (available to admission) */
+    uint64_t prefix_lookups;         /* admissions that looked */
+    uint64_t prefix_hits;            /* of them, those that found at least one block */
+    uint64_t prefix_hit_tokens;      /* prompt tokens not computed thanks to the cache */
+    uint64_t prefix_evictions;       /* cached blocks evicted for room */
+    uint64_t prompt_tokens_computed; /* prompt tokens prefilled (the cached ones not counted) */
 } ifl_batcher_stats;
 void ifl_batcher_get_stats(ifl_batcher *b, ifl_batcher_stats *out);
 

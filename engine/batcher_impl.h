@@ -23,8 +23,9 @@
 typedef struct req {
     uint64_t id, session;
     void *user;
-    int32_t *prompt;
+    int32_t *prompt; /* (n_prompt + max_tokens): the prompt, then each generated token */
     int32_t n_prompt;
+    int32_t n_cached; /* prompt tokens whose KV the prefix cache had at admission */
     int32_t max_tokens;
     ifl_sampling sampling;
     uint64_t seed; /* its Philox stream: draw n is ifl_philox_bits53(seed, n) (philox.h) */
@@ -88,7 +89,8 @@ struct ifl_batcher {
     req **cancelled; /* (max_batch) take_cancels' scratch */
     uint64_t *step_ids;
     uint8_t *step_prefill;
-    char *text; /* token text scratch */
+    int32_t *step_cached; /* (max_batch) the step record's cached */
+    char *text;           /* token text scratch */
     size_t text_cap;
     uint64_t step_no;
 };

@@ -71,6 +71,7 @@ static long find_stop(const req *r)
  * end with an error (a token whose text is lost would leave a hole in the completion). */
 static int take_token(ifl_batcher *b, req *r, int32_t tok)
 {
+    r->prompt[r->n_prompt + r->n_generated] = tok; /* (room for max_tokens: batcher.c) */
     r->n_generated++;
     r->last_token = tok;
     if (!r->t_first)
@@ -110,9 +111,29 @@ static int take_token(ifl_batcher *b, req *r, int32_t tok)
     return finish;
 }
 
+/* Positions of r whose KV the backend has written: the prompt so far, then every token fed back
+ * (the last one drawn is not yet). Valid between steps, after the step's take_token. */
+static int32_t kv_written(const req *r)
+{
+    return r->n_done < r->n_prompt ? r->n_done : r->n_prompt + r->n_generated - 1;
+}
+
+/* {lock} The KV pool's figures in the stats. */
+static void kv_stats(ifl_batcher *b)
+{
+    const ifl_kv_pool *p = &b->pool;
+    b->stats.kv_used = ifl_kv_pool_used(p);
+    b->stats.kv_cached = p->n_published;
+    b->stats.kv_cached_unused = p->n_lru;
+    b->stats.prefix_lookups = p->lookups;
+    b->stats.prefix_hits = p->hit_lookups;
+    b->stats.prefix_hit_tokens = p->hit_tokens;
+    b->stats.prefix_evictions = p->evictions;
+}
+
 /* Ends a running request (batcher thread): off the running list first (so a cancel arriving now
- * finds nothing), then its KV blocks back to the pool, then its done event. wait_idle counts it
- * as busy until the event is out. */
+ * finds nothing), then its KV blocks back to the pool (its full blocks published first, unless
+ * the backend failed), then its done event. wait_idle counts it as busy until the event is out. */
 static void finish_running(ifl_batcher *b, req *r, ifl_finish f, const char *message)
 {
     pthread_mutex_lock(&b->lock);
@@ -127,10 +148,12 @@ static void finish_running(ifl_batcher *b, req *r, ifl_finish f, const char *mes
     pthread_mutex_unlock(&b->lock);
     /* the KV blocks go back before the done event, so whoever sees the done and then the stats
      * (a client reading /metrics) finds them free */
+    if (f != IFL_FINISH_ERROR)
+        ifl_kv_seq_publish(&r->kv, &b->pool, r->prompt, kv_written(r));
     ifl_kv_seq_free(&r->kv, &b->pool);
     pthread_mutex_lock(&b->lock);
     b->stats.running = b->n_running;
-    b->stats.kv_used = ifl_kv_pool_used(&b->pool);
+    kv_stats(b);
     pthread_mutex_unlock(&b->lock);
     batcher_emit_done(b, r, f, message);
     batcher_req_free(r);
@@ -157,20 +180,22 @@ static int32_t admit(ifl_batcher *b, int32_t budget_left)
         if (b->p.policy == IFL_POLICY_ITERATIVE && budget_left <= 0)
             break;
         req *r = batcher_choose_next(b);
-        if (ifl_kv_seq_reserve(&r->kv, &b->pool, r->n_prompt + r->max_tokens))
+        if (ifl_kv_seq_admit(&r->kv, &b->pool, r->prompt, r->n_prompt, r->n_prompt + r->max_tokens,
+                             &r->n_cached))
             break; /* no KV now: it stays first in line */
+        r->n_done = r->n_cached;
         b->sq[b->rr].running++;
         batcher_pop_next(b);
         r->t_admitted = ifl_now_us();
         batcher_note_admission(b, r->t_admitted);
         b->running[b->n_running++] = r;
-        budget_left -= r->n_prompt;
+        budget_left -= r->n_prompt - r->n_cached;
         n++;
     }
     /* unconditional: with nothing admitted these are the values they already hold */
     b->stats.running = b->n_running;
     b->stats.waiting = b->n_waiting;
-    b->stats.kv_used = ifl_kv_pool_used(&b->pool);
+    kv_stats(b);
     return n;
 }
 
@@ -235,7 +260,8 @@ static void emit_started(ifl_batcher *b, req *const *admitted, int32_t n)
         ifl_event ev = {.type = IFL_EV_STARTED,
                         .request_id = admitted[i]->id,
                         .session = admitted[i]->session,
-                        .user = admitted[i]->user};
+                        .user = admitted[i]->user,
+                        .cached_tokens = admitted[i]->n_cached};
         batcher_emit(b, &ev);
     }
 }
@@ -254,6 +280,7 @@ static void add_run(ifl_batcher *b, step_plan *sp, req *r, int prefilling, int32
     b->nblk[s] = r->kv.n_blocks;
     b->step_ids[s] = r->id;
     b->step_prefill[s] = (uint8_t)prefilling;
+    b->step_cached[s] = prefilling && r->n_cached > 0 && r->n_done == r->n_cached ? r->n_cached : 0;
     /* a token is drawn only after the run that ends the prompt, or a decode run */
     b->sreq[s] = (ifl_sample_req){.sampling = r->sampling,
                                   .seed = r->seed,
@@ -319,12 +346,16 @@ static int64_t emit_tokens(ifl_batcher *b, const step_plan *sp)
         req *r = b->step_reqs[i];
         if (b->step_prefill[i]) {
             r->n_done += b->run_start[i + 1] - b->run_start[i];
-            if (r->n_done < r->n_prompt)
-                continue; /* more prompt to come: these logits are not a prediction */
+            if (r->n_done < r->n_prompt) { /* more prompt to come: no prediction yet */
+                ifl_kv_seq_publish(&r->kv, &b->pool, r->prompt, kv_written(r));
+                continue;
+            }
         }
         generated++;
         int f = take_token(b, r, b->next_tok[i]);
-        if (f == TAKE_NO_MEMORY)
+        if (f == -1)
+            ifl_kv_seq_publish(&r->kv, &b->pool, r->prompt, kv_written(r));
+        else if (f == TAKE_NO_MEMORY)
             finish_running(b, r, IFL_FINISH_ERROR, "out of memory holding a token's text");
         else if (f >= 0)
             finish_running(b, r, (ifl_finish)f, NULL);
@@ -341,6 +372,8 @@ static void record_step(ifl_batcher *b, const step_plan *sp, int64_t generated)
     pthread_mutex_lock(&b->lock);
     b->stats.steps = b->step_no;
     b->stats.tokens_generated += (uint64_t)generated;
+    b->stats.prompt_tokens_computed += (uint64_t)sp->prefill_tokens;
+    kv_stats(b);
     ifl_step_record rec = {.step = b->step_no,
                            .policy = b->p.policy,
                            .t_start = sp->t_start,
@@ -350,6 +383,7 @@ static void record_step(ifl_batcher *b, const step_plan *sp, int64_t generated)
                            .decode_tokens = sp->decode_tokens,
                            .request_ids = b->step_ids,
                            .is_prefill = b->step_prefill,
+                           .cached = b->step_cached,
                            .running = b->n_running,
                            .waiting = b->n_waiting,
                            .kv_used = ifl_kv_pool_used(&b->pool),

@@ -38,8 +38,8 @@ static ifl_backend *make_backend(int32_t max_seqs, int32_t max_tokens)
     return be;
 }
 
-static ifl_batcher *start(ifl_backend *be, ifl_policy pol, int32_t max_batch, int32_t max_queue,
-                          int32_t step_tokens)
+static LOG_MAYBE_UNUSED ifl_batcher *start(ifl_backend *be, ifl_policy pol, int32_t max_batch,
+                                           int32_t max_queue, int32_t step_tokens)
 {
     ifl_err err;
     ifl_batcher_params p = {.policy = pol,

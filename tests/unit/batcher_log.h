@@ -98,7 +98,7 @@ static LOG_MAYBE_UNUSED int count_events(uint64_t id, ifl_event_type t)
 }
 
 /* Waits until request id has at least n events of type t. */
-static void wait_events(uint64_t id, ifl_event_type t, int n)
+static LOG_MAYBE_UNUSED void wait_events(uint64_t id, ifl_event_type t, int n)
 {
     pthread_mutex_lock(&log_lock);
     for (;;) {
@@ -113,7 +113,7 @@ static void wait_events(uint64_t id, ifl_event_type t, int n)
 }
 
 /* Global arrival index of the k-th event of type t of request id, or -1. */
-static long event_seq(uint64_t id, ifl_event_type t, int k)
+static LOG_MAYBE_UNUSED long event_seq(uint64_t id, ifl_event_type t, int k)
 {
     long at = -1;
     pthread_mutex_lock(&log_lock);
