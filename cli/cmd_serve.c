@@ -41,6 +41,9 @@ static const char *const HELP =
     IFL_STR(IFL_DEFAULT_KV_MEM_MB_CPU) " on the\n"
     "                          CPU (f32 elements), " IFL_STR(IFL_DEFAULT_KV_MEM_MB_CUDA)
     " on CUDA (16-bit elements)\n"
+    "  --prefix-cache on|off   keep the KV of full prompt blocks and reuse it for requests that\n"
+    "                          begin the same way (a shared opening, a conversation's next turn;\n"
+    "                          default on)\n"
     "  --max-connections N     sockets at once, HTTP, WebSocket and idle alike (default 256;\n"
     "                          the oldest silent one makes room, else 503 / 1013)\n"
     "  --max-inflight N        requests in flight per connection (default 64)\n"
@@ -155,6 +158,7 @@ int cmd_serve(int argc, char **argv)
         {"allowed-origins", required_argument, 0, 'o'},
         {"allowed-hosts", required_argument, 0, 'n'},
         {"event-loop", required_argument, 0, 'E'},
+        {"prefix-cache", required_argument, 0, 'C'},
         {"no-request-log", no_argument, 0, 'L'},
         {"quiet", no_argument, 0, 'Q'},
         {"help", no_argument, 0, 'h'},
@@ -281,6 +285,11 @@ int cmd_serve(int argc, char **argv)
         case 'X':
             if (!(o.api_key = read_api_key(cmd, optarg)))
                 return 2;
+            break;
+        case 'C':
+            if (strcmp(optarg, "on") && strcmp(optarg, "off"))
+                return cli_usage_error(cmd, "--prefix-cache must be on or off");
+            o.no_prefix_cache = !strcmp(optarg, "off");
             break;
         case 'E':
             if (strcmp(optarg, "uv") && strcmp(optarg, "poll"))

@@ -61,6 +61,8 @@ typedef struct {
     double queue_ms, ttft_ms, total_ms, tokens_per_s;           /* <0: NULL */
     const uint32_t *offsets_us; /* (n_offsets) token arrival, us after queued_at */
     int32_t n_offsets;
+    const char *conversation; /* the client's conversation id; NULL or "": none */
+    int32_t cached_tokens;    /* of the prompt, from the prefix cache; -1: unknown (refused) */
 } ifl_dblog_request;
 
 typedef struct {

@@ -12,9 +12,10 @@ const char *const DBLOG_SQL[N_ST] = {
     "UPDATE sessions SET closed_at = ?2, close_reason = ?3 WHERE session = ?1",
     "INSERT INTO requests (session_id, client_id, policy, prompt, params, prompt_tokens, "
     "completion_tokens, completion, finish_reason, error_code, queued_at, admitted_at, "
-    "first_token_at, finished_at, queue_ms, ttft_ms, total_ms, tokens_per_s, api, prompt_bytes) "
+    "first_token_at, finished_at, queue_ms, ttft_ms, total_ms, tokens_per_s, api, prompt_bytes, "
+    "conversation, cached_tokens) "
     "VALUES ((SELECT id FROM sessions WHERE session = ?1), ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, "
-    "?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
+    "?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)",
     "INSERT INTO request_tokens (request_id, n_tokens, offsets_us) VALUES (?1, ?2, ?3)",
     "INSERT INTO steps (at, policy, step, batch_size, prefill_tokens, decode_tokens, step_ms, "
     "running, waiting, kv_used) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
@@ -91,7 +92,7 @@ rec *dblog_rec_request(const ifl_dblog_request *q)
     size_t n = off_bytes + slen(q->session) + slen(q->client_id) + slen(q->policy) + slen(q->api) +
                (q->prompt ? q->prompt_len + 1 : 0) + slen(q->params_json) +
                (q->completion ? q->completion_len + 1 : 0) + slen(q->finish_reason) +
-               slen(q->error_code);
+               slen(q->error_code) + slen(q->conversation);
     rec *r = rec_new(REC_REQUEST, n + sizeof(uint32_t));
     if (!r)
         return NULL;
@@ -112,6 +113,7 @@ rec *dblog_rec_request(const ifl_dblog_request *q)
     c->prompt = put(&p, q->prompt, q->prompt_len);
     own(&p, &c->finish_reason);
     own(&p, &c->error_code);
+    own(&p, &c->conversation);
     c->completion = put(&p, q->completion, q->completion_len);
     return r;
 }
@@ -208,6 +210,14 @@ static sqlite3_stmt *bind_request(sqlite3_stmt *const st_all[], const ifl_dblog_
     bind_ms(st, 18, q->tokens_per_s);
     bind_str(st, 19, q->api ? q->api : "ws");
     sqlite3_bind_int64(st, 20, q->prompt_bytes);
+    if (q->conversation && q->conversation[0])
+        bind_str(st, 21, q->conversation);
+    else
+        sqlite3_bind_null(st, 21);
+    if (q->cached_tokens >= 0)
+        sqlite3_bind_int64(st, 22, q->cached_tokens);
+    else
+        sqlite3_bind_null(st, 22);
     return st;
 }
 

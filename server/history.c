@@ -48,7 +48,9 @@ typedef enum {
     X(QUEUE_MS, "r.queue_ms", "queue_ms", AS_VALUE)                                                \
     X(TTFT_MS, "r.ttft_ms", "ttft_ms", AS_VALUE)                                                   \
     X(TOTAL_MS, "r.total_ms", "total_ms", AS_VALUE)                                                \
-    X(TOKENS_PER_S, "r.tokens_per_s", "tokens_per_s", AS_VALUE)
+    X(TOKENS_PER_S, "r.tokens_per_s", "tokens_per_s", AS_VALUE)                                    \
+    X(CONVERSATION, "r.conversation", "conversation", AS_VALUE)                                    \
+    X(CACHED_TOKENS, "r.cached_tokens", "cached_tokens", AS_VALUE)
 
 /* ... and what GET /api/requests/ID adds, after them */
 #define DETAIL_COLUMNS(X)                                                                          \
@@ -228,6 +230,8 @@ static sqlite3_stmt *list_stmt(ifl_history *h, history_job *j)
     sqlite3_bind_int(st, 4, j->limit - j->rows + 1); /* one more: is there a next page? */
     if (after)
         sqlite3_bind_double(st, 5, j->last_queued);
+    if (j->conversation[0])
+        sqlite3_bind_text(st, 6, j->conversation, -1, SQLITE_STATIC);
     return st;
 }
 
@@ -381,14 +385,16 @@ ifl_history *ifl_history_start(const char *db_path, int scope_all,
     h->sql_list = build_select(
         N_LIST_COLS,
         "FROM requests r JOIN sessions s ON s.id = r.session_id WHERE "
-        "(?1 OR s.user_key = ?2) AND (?3 = 0 OR r.queued_at < (SELECT queued_at FROM "
-        "requests WHERE id = ?3) OR (r.queued_at = (SELECT queued_at FROM requests WHERE "
-        "id = ?3) AND r.id < ?3)) ORDER BY r.queued_at DESC, r.id DESC LIMIT ?4");
-    h->sql_more =
-        build_select(N_LIST_COLS, "FROM requests r JOIN sessions s ON s.id = r.session_id "
-                                  "WHERE (?1 OR s.user_key = ?2) AND (r.queued_at < ?5 OR "
-                                  "(r.queued_at = ?5 AND r.id < ?3)) ORDER BY "
-                                  "r.queued_at DESC, r.id DESC LIMIT ?4");
+        "(?1 OR s.user_key = ?2) AND (?6 IS NULL OR r.conversation = ?6) AND (?3 = 0 OR "
+        "r.queued_at < (SELECT queued_at FROM requests WHERE id = ?3) OR (r.queued_at = "
+        "(SELECT queued_at FROM requests WHERE id = ?3) AND r.id < ?3)) ORDER BY r.queued_at "
+        "DESC, r.id DESC LIMIT ?4");
+    h->sql_more = build_select(
+        N_LIST_COLS, "FROM requests r JOIN sessions s ON s.id = r.session_id "
+                     "WHERE (?1 OR s.user_key = ?2) AND (?6 IS NULL OR r.conversation = ?6) "
+                     "AND (r.queued_at < ?5 OR "
+                     "(r.queued_at = ?5 AND r.id < ?3)) ORDER BY "
+                     "r.queued_at DESC, r.id DESC LIMIT ?4");
     h->sql_one = build_select(N_COLS, "FROM requests r JOIN sessions s ON s.id = r.session_id "
                                       "LEFT JOIN request_tokens t ON t.request_id = r.id "
                                       "WHERE r.id = ?1");

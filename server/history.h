@@ -22,12 +22,13 @@ typedef enum { HISTORY_LIST = 0, HISTORY_ONE = 1 } history_kind;
 typedef struct history_job {
     ifl_fifo_node node; /* the job queue's link (history.c) */
     history_kind kind;
-    char user_hash[65]; /* SHA-256 hex of the caller's key, "" for none */
-    int32_t limit;      /* LIST */
-    int64_t before;     /* LIST: 0 = newest */
-    int64_t id;         /* ONE */
-    int head_only;      /* HEAD: only the answer's length is wanted (len; a LIST's body is NULL) */
-    void *tag;          /* the caller's (the connection waiting for the answer) */
+    char user_hash[65];    /* SHA-256 hex of the caller's key, "" for none */
+    int32_t limit;         /* LIST */
+    int64_t before;        /* LIST: 0 = newest */
+    char conversation[65]; /* LIST: only this conversation's requests ("": all; REQ_MAX_CONV) */
+    int64_t id;            /* ONE */
+    int head_only; /* HEAD: only the answer's length is wanted (len; a LIST's body is NULL) */
+    void *tag;     /* the caller's (the connection waiting for the answer) */
     /* LIST: where the page stands, kept by the history thread between chunks (zero at first) */
     int32_t rows;       /* rows written so far */
     size_t page_bytes;  /* bytes of the page so far */

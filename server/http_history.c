@@ -96,6 +96,16 @@ int http_history_begin(server *s, srv_conn *c, struct lws *wsi, const char *path
             return http_json_error(c, wsi, HTTP_STATUS_BAD_REQUEST,
                                    "before must be a request id (a positive integer)", head_only);
         }
+        char conv[REQ_MAX_CONV + 8];
+        const char *cv = lws_get_urlarg_by_name(wsi, "conversation=", conv, sizeof conv);
+        if (cv && !req_conversation_valid(cv)) {
+            free(j);
+            return http_json_error(c, wsi, HTTP_STATUS_BAD_REQUEST,
+                                   "conversation must be 1 to 64 characters of A-Z a-z 0-9 _ -",
+                                   head_only);
+        }
+        if (cv)
+            snprintf(j->conversation, sizeof j->conversation, "%s", cv);
         j->kind = HISTORY_LIST;
         j->limit = (int32_t)limit;
         j->before = before;

@@ -9,9 +9,7 @@
  * session of the batchers' fairness), n (1 only), and vLLM's extensions top_k and ignore_eos. Any
  * other field is refused, naming it. The fields /ws also has are checked by proto_parse_params.
  *
- * The chat template (GPT-2 has none): per message "System: ...\n", "User: ...\n" or
- * "Assistant: ...\n", then "Assistant:"; "\nUser:" is added to the stop strings (when there is
- * room) so the model's reply ends where it would start the user's next turn.
+ * The chat template is chat_template.h's (the same as /ws's generate with messages).
  *
  * Answers: text_completion / chat.completion objects with usage; streams of text_completion /
  * chat.completion.chunk events (the chat's first carries the role), the last with its
@@ -23,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chat_template.h"
 #include "http_api.h"
 
 int http_model_policy(const char *name, const char *served, ifl_policy *policy)
@@ -132,68 +131,6 @@ static int parse_openai_fields(const cJSON *root, const char *served, http_req_i
     return 0;
 }
 
-/* One message's content: a string, or an array of {"type":"text","text":...} parts. */
-static int put_content(strbuf *sb, const cJSON *content, int i, proto_error *err)
-{
-    char param[48];
-    snprintf(param, sizeof param, "messages[%d].content", i);
-    if (cJSON_IsString(content) && content->valuestring) {
-        sb_puts(sb, content->valuestring);
-        return 0;
-    }
-    if (!cJSON_IsArray(content))
-        return fail(err, IFL_CODE_WRONG_TYPE, param,
-                    "a message's content must be a string or an array of text parts");
-    const cJSON *part;
-    cJSON_ArrayForEach(part, content)
-    {
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "type");
-        const cJSON *x = cJSON_GetObjectItemCaseSensitive(part, "text");
-        if (!cJSON_IsString(t) || strcmp(t->valuestring, "text") || !cJSON_IsString(x))
-            return fail(err, IFL_CODE_WRONG_TYPE, param,
-                        "a content part must be {\"type\": \"text\", \"text\": \"...\"}");
-        sb_puts(sb, x->valuestring);
-    }
-    return 0;
-}
-
-/* The chat template: the prompt as a string into *prompt (the caller's cJSON). */
-static int render_chat(const cJSON *root, strbuf *sb, proto_error *err)
-{
-    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
-    if (!msgs)
-        return fail(err, IFL_CODE_MISSING_FIELD, "messages", "field 'messages' is required");
-    if (!cJSON_IsArray(msgs) || !cJSON_GetArraySize(msgs))
-        return fail(err, IFL_CODE_WRONG_TYPE, "messages",
-                    "field 'messages' must be a non-empty array of {role, content}");
-    int i = 0;
-    const cJSON *m;
-    cJSON_ArrayForEach(m, msgs)
-    {
-        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
-        const char *r = cJSON_IsString(role) ? role->valuestring : "";
-        const char *label = !strcmp(r, "system") || !strcmp(r, "developer") ? "System"
-                            : !strcmp(r, "user")                            ? "User"
-                            : !strcmp(r, "assistant")                       ? "Assistant"
-                                                                            : NULL;
-        if (!label) {
-            char param[32], msg[160];
-            snprintf(param, sizeof param, "messages[%d].role", i);
-            snprintf(msg, sizeof msg,
-                     "messages[%d].role must be \"system\", \"user\" or \"assistant\"", i);
-            return fail(err, IFL_CODE_OUT_OF_RANGE, param, msg);
-        }
-        sb_printf(sb, "%s: ", label);
-        if (put_content(sb, cJSON_GetObjectItemCaseSensitive(m, "content"), i, err))
-            return -1;
-        sb_puts(sb, "\n");
-        i++;
-    }
-    sb_puts(sb, "Assistant:");
-    return sb_ok(sb) ? 0
-                     : fail(err, IFL_CODE_OUT_OF_MEMORY, "messages", "no memory for the prompt");
-}
-
 /* The request as proto_parse_params reads it: prompt from "prompt" or the rendered messages, stop
  * as an array, max_completion_tokens as max_tokens. */
 static cJSON *normalize(const cJSON *root, http_api_kind api, proto_error *err)
@@ -206,7 +143,7 @@ static cJSON *normalize(const cJSON *root, http_api_kind api, proto_error *err)
     if (api == HTTP_API_CHAT) {
         strbuf sb;
         sb_init(&sb, 0);
-        if (render_chat(root, &sb, err)) {
+        if (chat_render(cJSON_GetObjectItemCaseSensitive(root, "messages"), &sb, err)) {
             sb_free(&sb);
             cJSON_Delete(o);
             return NULL;
@@ -279,13 +216,8 @@ int openai_parse(const cJSON *root, const proto_limits *lim, const char *served,
     cJSON_Delete(o);
     if (rc)
         return -1;
-    if (ri->api == HTTP_API_CHAT && p->n_stop < IFL_MAX_STOPS) {
-        int dup = 0;
-        for (int i = 0; i < p->n_stop; i++)
-            dup |= !strcmp(p->stop[i], "\nUser:");
-        if (!dup)
-            snprintf(p->stop[p->n_stop++], sizeof p->stop[0], "\nUser:");
-    }
+    if (ri->api == HTTP_API_CHAT)
+        chat_add_stop(p);
     return 0;
 }
 
@@ -341,9 +273,11 @@ static void put_chunk(strbuf *sb, http_req_info *ri, const char *text, size_t le
 
 static void put_usage(strbuf *sb, const req_result *res)
 {
-    sb_printf(sb, "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d}",
+    sb_printf(sb,
+              "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d,"
+              "\"prompt_tokens_details\":{\"cached_tokens\":%d}}",
               (int)res->prompt_tokens, (int)res->completion_tokens,
-              (int)(res->prompt_tokens + res->completion_tokens));
+              (int)(res->prompt_tokens + res->completion_tokens), (int)res->cached_tokens);
 }
 
 void openai_write_token(strbuf *sb, http_req_info *ri, const char *text, size_t len)
@@ -438,5 +372,6 @@ void openai_write_models(strbuf *sb, const char *served, long long created)
                   fixed[i].id, created, fixed[i].policy);
     }
     sb_puts(sb, "],\"chat_template\":\"per message 'System: ...\\n', 'User: ...\\n' or "
-                "'Assistant: ...\\n', then 'Assistant:'; stop '\\nUser:'\"}");
+                "'Assistant: ...\\n' (no second space before a content that begins with one), then "
+                "'Assistant:'; stop '\\nUser:'\"}");
 }

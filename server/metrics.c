@@ -174,6 +174,40 @@ static void render_requests(const metrics *m, strbuf *sb)
                 m->step_s);
 }
 
+/* The prefix cache of each batcher's KV pool (engine/kv.h): counters since start, and gauges. */
+static void render_prefix_cache(const metrics_live *live, strbuf *sb)
+{
+    static const char *const names[7] = {
+        "inflight_prefix_cache_lookups_total",    "inflight_prefix_cache_hits_total",
+        "inflight_prefix_cache_hit_tokens_total", "inflight_prefix_cache_evictions_total",
+        "inflight_prompt_tokens_computed_total",  "inflight_prefix_cache_blocks",
+        "inflight_prefix_cache_blocks_unused"};
+    static const char *const help[7] = {
+        "Admissions that looked for a cached prefix of their prompt.",
+        "Admissions that found at least one cached block.",
+        "Prompt tokens whose KV came from the prefix cache (not computed).",
+        "Cached blocks evicted to make room for an admission.",
+        "Prompt tokens prefilled (computed), the cached ones not counted.",
+        "KV blocks in the prefix cache (held by requests or not).",
+        "Cached KV blocks no request holds: kept, and free for admission."};
+    for (int g = 0; g < 7; g++) {
+        family(sb, names[g], g < 5 ? "counter" : "gauge", help[g]);
+        for (int p = 0; p < METRICS_N_POLICIES; p++) {
+            const ifl_batcher_stats *s = &live->stats[p];
+            uint64_t v = !live->have_stats ? 0
+                         : g == 0          ? s->prefix_lookups
+                         : g == 1          ? s->prefix_hits
+                         : g == 2          ? s->prefix_hit_tokens
+                         : g == 3          ? s->prefix_evictions
+                         : g == 4          ? s->prompt_tokens_computed
+                         : g == 5          ? (uint64_t)s->kv_cached
+                                           : (uint64_t)s->kv_cached_unused;
+            sb_printf(sb, "%s{policy=\"%s\"} %llu\n", names[g], ifl_policy_name((ifl_policy)p),
+                      (unsigned long long)v);
+        }
+    }
+}
+
 /* What the batchers report now. */
 static void render_batchers(const metrics_live *live, strbuf *sb)
 {
@@ -198,6 +232,7 @@ static void render_batchers(const metrics_live *live, strbuf *sb)
     }
     scalar(sb, "inflight_ready", "gauge", "1 once the model is loaded and the batchers run.",
            live->ready);
+    render_prefix_cache(live, sb);
 }
 
 static void render_connections(const metrics *m, strbuf *sb)

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chat_template.h"
+
 void proto_error_set(proto_error *e, ifl_code code, const char *fmt, ...)
 {
     e->code = code;
@@ -123,9 +125,9 @@ static int want_num(const cJSON *v, const char *field, double lo, double hi, int
 /* The fields each message type may carry. */
 static int field_allowed(proto_kind k, const char *name)
 {
-    static const char *const gen[] = {"type",       "id",          "prompt",     "model",
-                                      "max_tokens", "temperature", "top_k",      "top_p",
-                                      "seed",       "stop",        "ignore_eos", NULL};
+    static const char *const gen[] = {
+        "type",  "id",    "prompt", "messages", "model",      "max_tokens",   "temperature",
+        "top_k", "top_p", "seed",   "stop",     "ignore_eos", "conversation", NULL};
     static const char *const cancel[] = {"type", "id", NULL};
     static const char *const sub[] = {"type", "topic", NULL};
     static const char *const ping[] = {"type", "id", NULL};
@@ -276,12 +278,57 @@ int proto_parse_params(const cJSON *obj, const char *prompt_field, const proto_l
     return 0;
 }
 
+/* messages instead of prompt: rendered with the chat template (chat_template.h). */
+static int parse_messages(const cJSON *root, req_params *m, proto_error *err)
+{
+    if (cJSON_GetObjectItemCaseSensitive(root, "prompt")) {
+        set_param(err, "messages");
+        proto_error_set(err, IFL_CODE_INVALID_MESSAGE,
+                        "generate takes 'prompt' or 'messages', not both");
+        return -1;
+    }
+    strbuf sb;
+    sb_init(&sb, 0);
+    if (chat_render(cJSON_GetObjectItemCaseSensitive(root, "messages"), &sb, err)) {
+        sb_free(&sb);
+        return -1;
+    }
+    m->prompt_len = sb.len;
+    m->prompt = sb_steal(&sb);
+    if (!m->prompt) {
+        proto_error_set(err, IFL_CODE_OUT_OF_MEMORY, "no memory for the prompt");
+        return -1;
+    }
+    err->param[0] = 0;
+    return 0;
+}
+
+/* conversation: 1 to REQ_MAX_CONV characters of [A-Za-z0-9_-]. */
+static int parse_conversation(const cJSON *v, req_params *m, proto_error *err)
+{
+    if (want_string(v, "conversation", err))
+        return -1;
+    if (!req_conversation_valid(v->valuestring)) {
+        set_param(err, "conversation");
+        proto_error_set(err, IFL_CODE_OUT_OF_RANGE,
+                        "field 'conversation' must be 1 to %d characters of A-Z a-z 0-9 _ -",
+                        REQ_MAX_CONV);
+        return -1;
+    }
+    memcpy(m->conversation, v->valuestring, strlen(v->valuestring) + 1);
+    return 0;
+}
+
 static int parse_generate(const cJSON *root, const proto_limits *lim, req_params *m,
                           proto_error *err)
 {
     const cJSON *v;
     params_defaults(lim, m);
-    if (parse_prompt(root, "prompt", m, err))
+    int chat = cJSON_GetObjectItemCaseSensitive(root, "messages") != NULL;
+    if (chat ? parse_messages(root, m, err) : parse_prompt(root, "prompt", m, err))
+        return -1;
+    if ((v = cJSON_GetObjectItemCaseSensitive(root, "conversation")) &&
+        parse_conversation(v, m, err))
         return -1;
     if ((v = cJSON_GetObjectItemCaseSensitive(root, "model"))) {
         if (want_string(v, "model", err))
@@ -294,7 +341,11 @@ static int parse_generate(const cJSON *root, const proto_limits *lim, req_params
             return -1;
         }
     }
-    return parse_sampling(root, lim, m, err);
+    if (parse_sampling(root, lim, m, err))
+        return -1;
+    if (chat)
+        chat_add_stop(m);
+    return 0;
 }
 
 /* The offset of the first byte JSON forbids raw that cJSON would take: a control character

@@ -94,7 +94,7 @@ void proto_write_hello(strbuf *sb, const proto_hello *h);
 void proto_write_queued(strbuf *sb, const char *id, ifl_policy policy, uint64_t rid,
                         int32_t position);
 void proto_write_started(strbuf *sb, const char *id, ifl_policy policy, uint64_t rid,
-                         int32_t prompt_tokens, uint64_t seed);
+                         int32_t prompt_tokens, int32_t cached_tokens, uint64_t seed);
 void proto_write_token(strbuf *sb, const char *id, int32_t index, int32_t token, const char *text,
                        size_t len);
 void proto_write_done(strbuf *sb, const char *id, const req_result *res);

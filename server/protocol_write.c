@@ -63,12 +63,14 @@ void proto_write_queued(strbuf *sb, const char *id, ifl_policy policy, uint64_t 
 }
 
 void proto_write_started(strbuf *sb, const char *id, ifl_policy policy, uint64_t rid,
-                         int32_t prompt_tokens, uint64_t seed)
+                         int32_t prompt_tokens, int32_t cached_tokens, uint64_t seed)
 {
     sb_puts(sb, "{\"type\":\"started\"");
     put_id(sb, id);
-    sb_printf(sb, ",\"model\":\"%s\",\"rid\":%llu,\"prompt_tokens\":%d,\"seed\":%llu}",
-              ifl_policy_name(policy), (unsigned long long)rid, prompt_tokens,
+    sb_printf(sb,
+              ",\"model\":\"%s\",\"rid\":%llu,\"prompt_tokens\":%d,\"cached_tokens\":%d,"
+              "\"seed\":%llu}",
+              ifl_policy_name(policy), (unsigned long long)rid, prompt_tokens, cached_tokens,
               (unsigned long long)seed);
 }
 
@@ -88,8 +90,9 @@ void proto_write_done(strbuf *sb, const char *id, const req_result *res)
     put_id(sb, id);
     sb_printf(sb,
               ",\"finish_reason\":\"%s\",\"usage\":{\"prompt_tokens\":%d,"
-              "\"completion_tokens\":%d},\"timing\":{\"queue_ms\":",
-              ifl_finish_name(res->finish), res->prompt_tokens, res->completion_tokens);
+              "\"completion_tokens\":%d,\"cached_tokens\":%d},\"timing\":{\"queue_ms\":",
+              ifl_finish_name(res->finish), res->prompt_tokens, res->completion_tokens,
+              res->cached_tokens);
     sb_json_num(sb, res->queue_ms, 3);
     sb_puts(sb, ",\"ttft_ms\":");
     if (res->ttft_ms >= 0)
@@ -131,9 +134,13 @@ void proto_write_step(strbuf *sb, const ifl_step_record *st, double t_ms)
               ifl_policy_name(st->policy), (unsigned long long)st->step, t_ms, st->ms,
               st->prefill_tokens, st->decode_tokens, st->running, st->waiting, st->kv_used,
               st->kv_total);
-    for (int32_t i = 0; i < st->n_seqs; i++)
-        sb_printf(sb, "%s[%llu,%d]", i ? "," : "", (unsigned long long)st->request_ids[i],
+    for (int32_t i = 0; i < st->n_seqs; i++) {
+        sb_printf(sb, "%s[%llu,%d", i ? "," : "", (unsigned long long)st->request_ids[i],
                   st->is_prefill[i] ? 1 : 0);
+        if (st->cached && st->cached[i] > 0) /* the run after a cached prefix of that many */
+            sb_printf(sb, ",%d", st->cached[i]);
+        sb_puts(sb, "]");
+    }
     sb_puts(sb, "],\"dropped\":");
 }
 

@@ -43,6 +43,8 @@ static ifl_dblog_request base_record(const reqlog *lg, const srv_req *r, char se
         .prompt_bytes = r->prompt ? (int64_t)r->prompt_len : 0,
         .params_json = r->params,
         .prompt_tokens = r->prompt_tokens,
+        .conversation = r->conversation,
+        .cached_tokens = -1,
         .completion = sb_text(&r->completion) ? sb_text(&r->completion) : "",
         .completion_len = r->completion.len,
         .queued_at = reqlog_unix_ms(lg, r->t_arrival),
@@ -76,6 +78,7 @@ void reqlog_finished(reqlog *lg, const srv_req *r, const ifl_event *done, const 
     char session[17];
     ifl_dblog_request q = base_record(lg, r, session);
     q.completion_tokens = res->completion_tokens;
+    q.cached_tokens = res->cached_tokens;
     q.finish_reason = ifl_finish_name(res->finish);
     q.error_code = res->finish == IFL_FINISH_ERROR ? ifl_code_name(res->code) : NULL;
     q.admitted_at = reqlog_unix_ms(lg, done->t_admitted);

@@ -225,11 +225,26 @@ static srv_req *req_new(req_layer *L, req_owner *o, req_params *p, uint64_t t_ar
     r->session = o->session;
     r->seed = p->has_seed ? p->seed : req_random_u64(L) & ((1ull << 53) - 1);
     r->prompt_tokens = -1;
+    memcpy(r->conversation, p->conversation, sizeof r->conversation);
     r->max_tokens = p->max_tokens;
     r->t_arrival = t_arrival;
     sb_init(&r->completion, 0);
     reqlog_params_json(p, r->seed, r->params, sizeof r->params);
     return r;
+}
+
+int req_conversation_valid(const char *s)
+{
+    size_t n = strlen(s);
+    if (n < 1 || n > REQ_MAX_CONV)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-'))
+            return 0;
+    }
+    return 1;
 }
 
 srv_req *req_submit(req_layer *L, req_owner *o, req_params *p, uint64_t t_arrival)
@@ -366,6 +381,7 @@ static void result_of(const srv_req *r, const bridge_item *it, req_result *res)
     res->finish = ev->finish;
     res->prompt_tokens = ev->prompt_tokens;
     res->completion_tokens = ev->completion_tokens;
+    res->cached_tokens = ev->cached_tokens;
     res->total_ms = ms_between(r->t_arrival, t_end);
     res->queue_ms = ms_between(r->t_arrival, ev->t_admitted ? ev->t_admitted : t_end);
     res->ttft_ms = ev->t_first_token ? ms_between(r->t_arrival, ev->t_first_token) : -1;
@@ -414,6 +430,7 @@ void req_handle_event(req_layer *L, const bridge_item *it)
     case IFL_EV_STARTED:
         metrics_hist_observe(&L->m->queue[pol], ms_between(r->t_arrival, it->stamp) / 1e3);
         L->m->prompt_tokens[pol] += (uint64_t)r->prompt_tokens;
+        r->cached_tokens = ev->cached_tokens;
         if (r->owner)
             r->owner->sink->started(r->owner->fe, r);
         break;
@@ -470,17 +487,23 @@ void req_batcher_step(void *ud, const ifl_step_record *rec)
 {
     req_layer *L = ud;
     size_t n = rec->n_seqs > 0 ? (size_t)rec->n_seqs : 0;
-    bridge_item *it = bridge_item_new(BRIDGE_STEP, n * (sizeof(uint64_t) + 1));
+    bridge_item *it = bridge_item_new(BRIDGE_STEP, n * (sizeof(uint64_t) + sizeof(int32_t) + 1));
     if (!it)
         return; /* a step record is a sample for the view and metrics: lost, not a gap */
     it->step = *rec;
     uint64_t *ids = (uint64_t *)(void *)it->data;
-    uint8_t *pre = (uint8_t *)(ids + n);
+    int32_t *cached = (int32_t *)(void *)(ids + n);
+    uint8_t *pre = (uint8_t *)(cached + n);
     if (n) {
         memcpy(ids, rec->request_ids, n * sizeof *ids);
         memcpy(pre, rec->is_prefill, n);
+        if (rec->cached)
+            memcpy(cached, rec->cached, n * sizeof *cached);
+        else
+            memset(cached, 0, n * sizeof *cached);
     }
     it->step.request_ids = ids;
     it->step.is_prefill = pre;
+    it->step.cached = cached;
     bridge_push(L->bridge, it);
 }

@@ -26,7 +26,8 @@
 #include "strbuf.h"
 #include "tokenizer.h"
 
-#define REQ_MAX_ID 64 /* bytes of a client's request id */
+#define REQ_MAX_ID 64   /* bytes of a client's request id */
+#define REQ_MAX_CONV 64 /* characters of a conversation id */
 
 /* The front end a request came through (the log's requests.api, /metrics' api label). */
 typedef enum { REQ_API_WS = 0, REQ_API_OPENAI, REQ_API_TRITON, REQ_N_APIS } req_api;
@@ -49,18 +50,20 @@ typedef struct {
     int ignore_eos;
     int n_stop;
     char stop[IFL_MAX_STOPS][IFL_MAX_STOP_BYTES + 1];
+    char conversation[REQ_MAX_CONV + 1]; /* the client's conversation id ("": none), logged */
 } req_params;
 
 /* A finished request, as every front end reports it. */
 typedef struct {
     ifl_finish finish;
     int32_t prompt_tokens, completion_tokens;
-    double queue_ms;     /* arrival to admission (to the end if never admitted) */
-    double ttft_ms;      /* arrival to the first token; < 0: no token */
-    double total_ms;     /* arrival to the end */
-    double tokens_per_s; /* (tokens - 1) over first to last token; 0 with fewer than 2 */
-    ifl_code code;       /* why it failed (finish error): engine_error or out_of_memory */
-    const char *message; /* finish error: why, else NULL */
+    int32_t cached_tokens; /* of the prompt, found in the prefix cache */
+    double queue_ms;       /* arrival to admission (to the end if never admitted) */
+    double ttft_ms;        /* arrival to the first token; < 0: no token */
+    double total_ms;       /* arrival to the end */
+    double tokens_per_s;   /* (tokens - 1) over first to last token; 0 with fewer than 2 */
+    ifl_code code;         /* why it failed (finish error): engine_error or out_of_memory */
+    const char *message;   /* finish error: why, else NULL */
 } req_result;
 
 typedef struct srv_req srv_req;
@@ -102,7 +105,9 @@ struct srv_req {
     uint64_t rid;     /* the batcher's request id */
     uint64_t session; /* its owner's, kept for the log after the owner is gone */
     uint64_t seed;
-    int32_t prompt_tokens; /* -1 until tokenized */
+    int32_t prompt_tokens;               /* -1 until tokenized */
+    int32_t cached_tokens;               /* of them, found in the prefix cache (set when started) */
+    char conversation[REQ_MAX_CONV + 1]; /* the client's ("": none) */
     int32_t max_tokens;
     uint64_t t_arrival, t_first, t_last; /* monotonic us */
     int32_t n_tokens;                    /* token events received */
@@ -128,6 +133,9 @@ typedef struct {
     bridge *bridge;
     uint64_t rng_state;
 } req_layer;
+
+/* Whether s is a conversation id: 1 to REQ_MAX_CONV characters of [A-Za-z0-9_-]. */
+int req_conversation_valid(const char *s);
 
 /* Service thread. */
 void req_owner_init(req_owner *o, const req_sink *sink, void *fe, uint64_t session,

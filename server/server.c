@@ -133,6 +133,18 @@ static int load_engine(server *s, int32_t step_tokens, ifl_err *err)
     return ifl_runtime_load(&s->rt, &ro, err);
 }
 
+/* The prefix cache's salt: what made the KV (the model's directory, its weights format, the
+ * device and kernels). A pool is one backend's, so this only labels its keys (engine/kv.h). */
+static uint64_t cache_salt(const server *s)
+{
+    const char *parts[3] = {s->o->model_dir, ifl_model_dtype_name(&s->rt.model), s->rt.desc};
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int i = 0; i < 3; i++)
+        for (const char *c = parts[i]; c && *c; c++)
+            h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
+    return h;
+}
+
 static int start_batchers(server *s, int32_t step_tokens, ifl_err *err)
 {
     const ifl_server_opts *o = s->o;
@@ -143,6 +155,8 @@ static int start_batchers(server *s, int32_t step_tokens, ifl_err *err)
                                   .step_tokens = step_tokens,
                                   .eos_token = s->rt.model.cfg.eos_token_id,
                                   .tok = s->rt.tok,
+                                  .no_prefix_cache = o->no_prefix_cache,
+                                  .cache_salt = cache_salt(s),
                                   .on_event = req_batcher_event,
                                   .on_step = req_batcher_step,
                                   .ud = &s->rl};
@@ -164,8 +178,9 @@ static void print_ready(const server *s, int32_t step_tokens, double seconds)
     printf("inflight serve: device %s (%s)\n", s->rt.desc, s->rt.why);
     printf("inflight serve: isa %s (%s)\n", ifl_isa_name(s->rt.isa), s->rt.isa_why);
     printf("inflight serve: batchers iterative + static: max_batch %d, max_queue %d, step "
-           "budget %d tokens, KV %d blocks x %d tokens each\n",
-           o->max_batch, o->max_queue, step_tokens, gp->kv_blocks, gp->kv_block_size);
+           "budget %d tokens, KV %d blocks x %d tokens each, prefix cache %s\n",
+           o->max_batch, o->max_queue, step_tokens, gp->kv_blocks, gp->kv_block_size,
+           o->no_prefix_cache ? "off" : "on");
     printf("inflight serve: ready in %.2f s\n", seconds);
     fflush(stdout);
 }

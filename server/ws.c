@@ -108,7 +108,7 @@ static void sink_started(void *fe, const srv_req *r)
     srv_conn *c = fe;
     strbuf sb;
     sb_init(&sb, LWS_PRE);
-    proto_write_started(&sb, r->id, r->policy, r->rid, r->prompt_tokens, r->seed);
+    proto_write_started(&sb, r->id, r->policy, r->rid, r->prompt_tokens, r->cached_tokens, r->seed);
     send_frame(c->srv, c, &sb);
 }
 

@@ -145,6 +145,7 @@ static void check_done(const cJSON *ex)
     req_result res = {.finish = finish_of(str(ex, "finish_reason")),
                       .prompt_tokens = (int32_t)num(u, "prompt_tokens"),
                       .completion_tokens = (int32_t)num(u, "completion_tokens"),
+                      .cached_tokens = (int32_t)num(u, "cached_tokens"),
                       .queue_ms = num(t, "queue_ms"),
                       .ttft_ms = cJSON_IsNumber(ttft) ? ttft->valuedouble : -1,
                       .total_ms = num(t, "total_ms"),
@@ -162,11 +163,14 @@ static void check_step(const cJSON *ex)
     int n = cJSON_GetArraySize(seqs);
     uint64_t ids[64];
     uint8_t pre[64];
+    int32_t cached[64];
     CHECK(n <= 64);
     for (int i = 0; i < n && i < 64; i++) {
         const cJSON *pair = cJSON_GetArrayItem(seqs, i);
         ids[i] = (uint64_t)cJSON_GetArrayItem(pair, 0)->valuedouble;
         pre[i] = (uint8_t)cJSON_GetArrayItem(pair, 1)->valuedouble;
+        const cJSON *c = cJSON_GetArrayItem(pair, 2);
+        cached[i] = c ? (int32_t)c->valuedouble : 0;
     }
     ifl_step_record st = {.step = (uint64_t)num(ex, "step"),
                           .policy = policy_of(ex),
@@ -176,6 +180,7 @@ static void check_step(const cJSON *ex)
                           .decode_tokens = (int32_t)num(ex, "decode_tokens"),
                           .request_ids = ids,
                           .is_prefill = pre,
+                          .cached = cached,
                           .running = (int32_t)num(ex, "running"),
                           .waiting = (int32_t)num(ex, "waiting"),
                           .kv_used = (int32_t)num(ex, "kv_used"),
@@ -201,7 +206,8 @@ static void check_server_frame(const cJSON *ex, const char *type)
         expect_frame(ex, type, &sb);
     } else if (!strcmp(type, "started")) {
         proto_write_started(&sb, id, policy_of(ex), (uint64_t)num(ex, "rid"),
-                            (int32_t)num(ex, "prompt_tokens"), (uint64_t)num(ex, "seed"));
+                            (int32_t)num(ex, "prompt_tokens"), (int32_t)num(ex, "cached_tokens"),
+                            (uint64_t)num(ex, "seed"));
         expect_frame(ex, type, &sb);
     } else if (!strcmp(type, "token")) {
         const char *text = str(ex, "text");
@@ -239,6 +245,14 @@ static void check_generate(const cJSON *ex, const proto_msg *m)
 {
     const req_params *g = &m->gen;
     CHECK(!strcmp(g->id, str(ex, "id")));
+    const char *conv = str(ex, "conversation");
+    CHECK(!strcmp(g->conversation, conv ? conv : ""));
+    if (obj(ex, "messages")) { /* rendered: the template's own test is test_protocol's */
+        CHECK(g->prompt && g->prompt_len > 10 &&
+              !strcmp(g->prompt + g->prompt_len - 10, "Assistant:"));
+        CHECK(g->n_stop >= 1 && !strcmp(g->stop[g->n_stop - 1], "\nUser:"));
+        return;
+    }
     CHECK(!strcmp(g->prompt, str(ex, "prompt")) && g->prompt_len == strlen(str(ex, "prompt")));
     CHECK(g->policy == policy_of(ex));
     CHECK(g->max_tokens == (int32_t)num(ex, "max_tokens"));
@@ -349,9 +363,9 @@ static void insert_request(sqlite3 *db, const cJSON *r)
                        "INSERT INTO requests (id, session_id, client_id, policy, prompt, params, "
                        "prompt_tokens, completion_tokens, completion, finish_reason, error_code, "
                        "queued_at, admitted_at, first_token_at, finished_at, queue_ms, ttft_ms, "
-                       "total_ms, tokens_per_s) VALUES (?1, (SELECT id FROM sessions WHERE "
-                       "session = ?2), ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, "
-                       "?16, ?17, ?18, ?19)",
+                       "total_ms, tokens_per_s, conversation, cached_tokens) VALUES (?1, (SELECT "
+                       "id FROM sessions WHERE session = ?2), ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, "
+                       "?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
                        -1, &st, NULL);
     sqlite3_bind_int64(st, 1, (int64_t)num(r, "id"));
     bind_txt(st, 2, obj(r, "session"));
@@ -374,6 +388,8 @@ static void insert_request(sqlite3 *db, const cJSON *r)
     bind_num(st, 17, obj(r, "ttft_ms"));
     bind_num(st, 18, obj(r, "total_ms"));
     bind_num(st, 19, obj(r, "tokens_per_s"));
+    bind_txt(st, 20, obj(r, "conversation"));
+    bind_num(st, 21, obj(r, "cached_tokens"));
     CHECKF(sqlite3_step(st) == SQLITE_DONE, "insert: %s", sqlite3_errmsg(db));
     sqlite3_finalize(st);
     const cJSON *offs = obj(r, "token_offsets_us");

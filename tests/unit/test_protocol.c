@@ -1,6 +1,7 @@
 /* test_protocol.c: the client-message parser of the WebSocket protocol (server/protocol.c): every
  * documented error code from the message that causes it, the id carried into errors, defaults and
- * ranges, and that well-formed messages parse to the right values. */
+ * ranges, that well-formed messages parse to the right values, and the chat template of
+ * `messages` (chat_template.h) rendered exactly. */
 #include <stdio.h>
 #include <string.h>
 
@@ -95,6 +96,78 @@ static void raw_controls(void)
         fprintf(stderr, "FAIL \\u00e9 escapes: %s\n", e.message);
         failures++;
     }
+    proto_msg_free(&m);
+}
+
+/* A generate with messages (the JSON of the array) parses, and renders to want with the chat
+ * stop string last among n_stop stops. */
+static void expect_chat(const char *messages, const char *extra, const char *want, int n_stop)
+{
+    char json[2048];
+    snprintf(json, sizeof json, "{\"type\":\"generate\",\"id\":\"c\",\"messages\":%s%s}", messages,
+             extra);
+    proto_msg m;
+    proto_error e;
+    int rc = proto_parse(json, strlen(json), &LIM, &m, &e);
+    CHECKF(rc == 0, "%s: refused: %s", json, e.message);
+    if (rc == 0) {
+        CHECKF(!strcmp(m.gen.prompt, want) && m.gen.prompt_len == strlen(want),
+               "%s: rendered \"%s\", expected \"%s\"", json, m.gen.prompt, want);
+        CHECKF(m.gen.n_stop == n_stop && !strcmp(m.gen.stop[n_stop - 1], "\nUser:"),
+               "%s: %d stops, the last \"%s\"", json, m.gen.n_stop,
+               m.gen.n_stop ? m.gen.stop[m.gen.n_stop - 1] : "");
+    }
+    proto_msg_free(&m);
+}
+
+static void chat_and_conversations(void)
+{
+    expect_chat("[{\"role\":\"user\",\"content\":\"Hi\"}]", "", "User: Hi\nAssistant:", 1);
+    /* a reply's leading space is not doubled; system and developer are System */
+    expect_chat(
+        "[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":"
+        "\"Tell me about the sea.\"},{\"role\":\"assistant\",\"content\":\" The sea is big."
+        "\"},{\"role\":\"developer\",\"content\":[{\"type\":\"text\",\"text\":\"Short.\"}]},"
+        "{\"role\":\"user\",\"content\":\"And the sky?\"}]",
+        ",\"conversation\":\"c-7f3a_9\"",
+        "System: Be brief.\nUser: Tell me about the sea.\nAssistant: The sea is big.\n"
+        "System: Short.\nUser: And the sky?\nAssistant:",
+        1);
+    /* the stop string joins the client's, once */
+    expect_chat("[{\"role\":\"user\",\"content\":\"Hi\"}]", ",\"stop\":[\"\\n\\n\"]",
+                "User: Hi\nAssistant:", 2);
+    expect_chat("[{\"role\":\"user\",\"content\":\"Hi\"}]", ",\"stop\":[\"\\nUser:\"]",
+                "User: Hi\nAssistant:", 1);
+    const char *g = "{\"type\":\"generate\",\"id\":\"c\",";
+    char json[512];
+    static const char *const bad[][2] = {
+        {"\"prompt\":\"x\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]",
+         "invalid_message"},
+        {"\"messages\":[]", "wrong_type"},
+        {"\"messages\":\"Hi\"", "wrong_type"},
+        {"\"messages\":[{\"role\":\"robot\",\"content\":\"Hi\"}]", "out_of_range"},
+        {"\"messages\":[{\"role\":\"user\",\"content\":7}]", "wrong_type"},
+        {"\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\"}]}]", "wrong_type"},
+        {"\"prompt\":\"x\",\"conversation\":\"\"", "out_of_range"},
+        {"\"prompt\":\"x\",\"conversation\":\"a b\"", "out_of_range"},
+        {"\"prompt\":\"x\",\"conversation\":\"x/../y\"", "out_of_range"},
+        {"\"prompt\":\"x\",\"conversation\":7", "wrong_type"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(json, sizeof json, "%s%s}", g, bad[i][0]);
+        expect_error(json, bad[i][1], "c");
+    }
+    char conv[80];
+    memset(conv, 'k', 65);
+    conv[65] = 0;
+    snprintf(json, sizeof json, "%s\"prompt\":\"x\",\"conversation\":\"%s\"}", g, conv);
+    expect_error(json, "out_of_range", "c"); /* 65 characters */
+    conv[64] = 0;
+    snprintf(json, sizeof json, "%s\"prompt\":\"x\",\"conversation\":\"%s\"}", g, conv);
+    proto_msg m;
+    proto_error e;
+    CHECK(proto_parse(json, strlen(json), &LIM, &m, &e) == 0 && !strcmp(m.gen.conversation, conv) &&
+          m.gen.n_stop == 0);
     proto_msg_free(&m);
 }
 
@@ -224,6 +297,7 @@ int main(void)
     const char *ping = "{\"type\":\"ping\"}";
     CHECK(proto_parse(ping, strlen(ping), &LIM, &m, &e) == 0 && m.kind == PROTO_PING && !m.has_id);
     proto_msg_free(&m);
+    chat_and_conversations();
     if (failures)
         fprintf(stderr, "test_protocol: %d error cases failed\n", failures);
     CHECK(failures == 0);
