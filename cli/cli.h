@@ -18,6 +18,7 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_bench(int argc, char **argv);           /* --engine: bench_engine, else the scheduler */
 int cmd_bench_scheduler(int argc, char **argv); /* cmd_bench_sched.c */
+int cmd_bench_turns(int argc, char **argv);     /* cmd_bench_turns.c: bench --turns */
 #ifdef INFLIGHT_HAVE_SERVER
 int cmd_serve(int argc, char **argv);
 int cmd_client(int argc, char **argv);

@@ -1,6 +1,7 @@
-/* cmd_bench_sched.c: `inflight bench` (without --engine): the seed's profiler, in-process against
- * the batcher. Closed loop: rounds of N concurrent requests submitted 50 ms apart (default: 10 x
- * "Hello, how are you?", max_tokens 32, ignore_eos), each round waiting for its requests to end.
+/* cmd_bench_sched.c: `inflight bench` (without --engine; --turns goes to cmd_bench_turns.c): the
+ * seed's profiler, in-process against the batcher. Closed loop: rounds of N concurrent requests
+ * submitted 50 ms apart (default: 10 x "Hello, how are you?", max_tokens 32, ignore_eos), each
+ * round waiting for its requests to end.
  * Open loop: Poisson arrivals at a given rate. Prints response throughput, time to first token,
  * inter-token latency (p50/p90/p99) and mean time to last response, per policy. With
  * --long-prompt N, then a long prompt joining running decoders: its steps' times from the step
@@ -27,6 +28,8 @@ static const char *const HELP =
     "usage: inflight bench [options]          (the scheduler profile)\n"
     "       inflight bench --engine [options] (the engine alone: see inflight bench --engine "
     "--help)\n"
+    "       inflight bench --turns[=T] [options] (multi-turn conversations, the prefix cache on\n"
+    "                                           and off: see inflight bench --turns --help)\n"
     "\n"
     "Runs the seed's profiler in-process against the batcher: rounds of N concurrent requests\n"
     "submitted --interval-ms apart, each round waiting for its requests to finish (closed loop), "
@@ -59,7 +62,8 @@ static const char *const HELP =
     "                     them (max_tokens 1). From the batcher's step records it prints the\n"
     "                     slowest step that carried a chunk of it, the median decode-only step\n"
     "                     of the same requests, and their ratio (default 0: off; the static\n"
-    "                     policy never admits into a running batch, so it is not measured)\n";
+    "                     policy never admits into a running batch, so it is not measured)\n"
+    "  --prefix-cache M   on | off (default on): reuse the KV of prompts' full blocks\n";
 /* clang-format on */
 
 typedef struct {
@@ -181,6 +185,7 @@ typedef struct {
     const ifl_tokens *prompt;
     int32_t long_prompt; /* --long-prompt N, 0: off */
     int32_t max_batch, step_tokens;
+    int no_prefix_cache; /* --prefix-cache off */
 } bench_cfg;
 
 static int run_profile(ifl_batcher *b, bench_state *bs, const bench_cfg *cfg, bench_result *res)
@@ -437,6 +442,7 @@ static int parse_opts(int argc, char **argv, bench_opts *o)
         {"isa", required_argument, 0, 'I'},
         {"seed", required_argument, 0, 'S'},
         {"long-prompt", required_argument, 0, 'L'},
+        {"prefix-cache", required_argument, 0, 'C'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -467,6 +473,11 @@ static int parse_opts(int argc, char **argv, bench_opts *o)
         case 'I': bad = cli_isa(cmd, optarg, &o->isa); break;
         case 'S': bad = cli_u64(cmd, "--seed", optarg, &cfg->seed); break;
         case 'L': bad = cli_i32(cmd, "--long-prompt", optarg, 1, 1 << 20, &cfg->long_prompt); break;
+        case 'C':
+            if (strcmp(optarg, "on") && strcmp(optarg, "off"))
+                return cli_usage_error(cmd, "--prefix-cache must be on or off");
+            cfg->no_prefix_cache = !strcmp(optarg, "off");
+            break;
         case 'h': fputs(HELP, stdout); return 0;
         case ':': return cli_usage_error(cmd, "an option is missing its value");
         default: return cli_usage_error(cmd, "unknown option");
@@ -495,6 +506,7 @@ static int bench_policy(const ifl_runtime *rt, ifl_backend *be, ifl_policy pol, 
                             .step_tokens = cfg->step_tokens,
                             .eos_token = rt->model.cfg.eos_token_id,
                             .tok = rt->tok,
+                            .no_prefix_cache = cfg->no_prefix_cache,
                             .on_event = on_event,
                             .on_step = cfg->long_prompt ? on_step : NULL,
                             .ud = bs};
@@ -543,6 +555,9 @@ static int check_long_prompt(const bench_cfg *cfg, const ifl_model *m)
 
 int cmd_bench_scheduler(int argc, char **argv)
 {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--turns") || !strncmp(argv[i], "--turns=", 8))
+            return cmd_bench_turns(argc, argv);
     bench_opts o = {.prompt = "Hello, how are you?",
                     .policy = "both",
                     .cfg = {.concurrency = 10,
