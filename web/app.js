@@ -1,13 +1,15 @@
 // app.js: the inflight page's client: the WebSocket session (docs/protocol.md) with reconnection,
-// the controls and their validation, one card per request streaming its completion, and the
-// live batch views fed by `step` frames (batchview.js).
+// the controls and their validation, the requests of the cards (conversation.js: one card per
+// conversation, its turns streaming in; Chat mode and continued cards send `messages` with the
+// card's `conversation` id), and the live batch views fed by `step` frames (batchview.js).
 //
 // Hooks for tests and curious users:
-//   each card: <li class="card" data-id="c1" data-state="queued|started|streaming|done|error"
+//   each card: <li class="card" data-id="c1" data-state="new|queued|started|streaming|done|error"
 //              data-model="iterative" data-rid="17" data-finish="length"> with a .completion
+//              (its current request's; the thread's hooks are in conversation.js)
 //   <body data-conn="connecting|open|closed" data-steps="on|off" data-session="...">
 //   window.inflightSteps = {iterative: [...], static: [...]}: the last step frames, as received
-//   window.inflight: the page's state (hello, cards by id, own rids by model)
+//   window.inflight: the page's state (hello, cards by id, requests by id, own rids by model)
 // The connection presents this browser's user key (userkey.js) as /ws?user=KEY, so the history
 // page (history.html) can list this browser's past requests.
 'use strict';
@@ -21,9 +23,6 @@
   const DEMO_GAP_MS = 50;
   const PING_EVERY_MS = 15000;
   const PONG_TIMEOUT_MS = 45000;
-  // Card colours: distinct hues that read on light and dark backgrounds.
-  const PALETTE = ['#3d7bf7', '#e5484d', '#2fa36b', '#f08c1a', '#8e55d6', '#0fa3a3', '#d6409f',
-    '#a87b4f', '#5b6cf0', '#7ab317'];
   const FALLBACK = {
     limits: { max_context: 1024, max_tokens: 1023, max_message_bytes: 65536, max_stop: 4, max_stop_bytes: 64 },
     vocab: 50257,
@@ -36,7 +35,8 @@
     ws: null,
     hello: null,
     session: null,
-    cards: new Map(),                                   // client id -> card
+    cards: new Map(),                                   // card id -> card
+    reqs: new Map(),                                    // request id (a turn's) -> card
     own: { iterative: new Map(), static: new Map() },   // rid -> card (this connection's)
     waiting: { iterative: new Map(), static: new Map() },  // rid -> card still in the queue
     nextId: 1,
@@ -77,6 +77,8 @@
     cardsCount: $('#cards-count'),
     clearDone: $('#clear-done'),
     template: $('#card-template'),
+    turnTemplate: $('#turn-template'),
+    newChat: $('#new-chat'),
     zoom: $('#zoom'),
     pause: $('#pause'),
     serverName: $('#server-name'),
@@ -90,9 +92,12 @@
   for (const p of POLICIES) {
     views[p] = new window.InflightBatchView($('#batch-' + p), p, LABELS[p], (rid) => {
       const c = app.own[p].get(rid);
-      return c ? { id: c.id, color: c.color } : null;
+      if (!c) return null;
+      const t = c.turns.find((x) => x.rid === rid && x.model === p);
+      return { id: t ? t.reqId : c.id, color: c.color, promptTokens: t ? t.promptTokens : null };
     });
   }
+  app.views = views;
   const darkQuery = window.matchMedia('(prefers-color-scheme: dark)');
   const rethemeViews = () => { for (const p of POLICIES) views[p].readTheme(); };
   if (darkQuery.addEventListener) darkQuery.addEventListener('change', rethemeViews);
@@ -105,20 +110,6 @@
     el.pause.textContent = paused ? 'Resume' : 'Pause';
     for (const p of POLICIES) views[p].setPaused(paused);
   });
-
-  // ---------------------------------------------------------------- formatting
-
-  function fmtMs(ms) {
-    if (typeof ms !== 'number' || !isFinite(ms) || ms < 0) return '–';
-    if (ms < 10) return ms.toFixed(1) + ' ms';
-    if (ms < 1000) return Math.round(ms) + ' ms';
-    return (ms / 1000).toFixed(2) + ' s';
-  }
-
-  function fmtRate(r) {
-    if (typeof r !== 'number' || !isFinite(r) || r <= 0) return '–';
-    return (r < 100 ? r.toFixed(1) : Math.round(r)) + ' tok/s';
-  }
 
   const utf8 = new TextEncoder();
   const byteLength = (s) => utf8.encode(s).length;
@@ -138,6 +129,7 @@
     const usable = state === 'open';
     el.send.disabled = !usable;
     el.demo.disabled = !usable;
+    for (const b of document.querySelectorAll('.turn-send')) b.disabled = !usable;
     el.send.title = usable ? '' : 'Not connected to the server';
   }
 
@@ -199,7 +191,7 @@
     for (const c of app.cards.values()) {
       if (!isFinal(c)) {
         lost++;
-        failCard(c, 'disconnected', 'The connection closed before this request finished' +
+        cards.fail(c, 'disconnected', 'The connection closed before this request finished' +
           (why ? ' (' + why + ')' : '') + '; the server cancelled it.');
       }
     }
@@ -378,148 +370,23 @@
     views[m.model].push(m, waiting);
   }
 
-  // ---------------------------------------------------------------- cards
+  // ---------------------------------------------------------------- cards (conversation.js)
 
-  const isFinal = (c) => c.state === 'done' || c.state === 'error';
-
-  function createCard(prompt, model, params) {
-    const id = 'c' + app.nextId++;
-    const frag = el.template.content.cloneNode(true);
-    const li = frag.querySelector('.card');
-    const card = {
-      id, prompt, model, params,
-      rid: null, state: 'queued', position: null, seed: null,
-      color: PALETTE[app.nextColor++ % PALETTE.length],
-      tokens: 0, text: '',
-      maxTokens: params.max_tokens || (app.hello && app.hello.defaults && app.hello.defaults.max_tokens) || 64,
-      sentAt: performance.now(), firstAt: null, lastAt: null,
-      timing: null, usage: null, finish: null,
-      el: li,
-      q: {},
-    };
-    for (const cls of ['card-id', 'card-model', 'card-rid', 'card-state', 'card-cancel', 'card-reuse',
-      'prompt', 'completion', 'card-error', 'progress', 'm-ttft', 'm-tps', 'm-tokens', 'm-queue',
-      'm-total', 'm-seed', 'metrics']) {
-      card.q[cls] = li.querySelector('.' + cls);
-    }
-    li.dataset.id = id;
-    li.dataset.model = model;
-    li.style.setProperty('--c', card.color);
-    card.q['card-id'].textContent = id;
-    card.q['card-model'].textContent = model;
-    card.q.prompt.textContent = prompt;
-    card.textNode = document.createTextNode('');
-    card.q.completion.append(card.textNode);
-    card.q['card-cancel'].addEventListener('click', () => cancelCard(card));
-    card.q['card-reuse'].addEventListener('click', () => {
+  const cards = window.InflightConversations.initCards({
+    app, el,
+    submitTurn: (card, text) => continueCard(card, text),
+    cancel: (card) => cancelCard(card),
+    reuse: (card) => {
       el.prompt.value = card.prompt;
       el.prompt.focus();
       el.prompt.scrollIntoView({ block: 'nearest', behavior: 'smooth' });
-    });
-    app.cards.set(id, card);
-    el.cards.prepend(li);
-    updateCard(card);
-    updateCounts();
-    return card;
-  }
-
-  function setState(card, state) {
-    card.state = state;
-    card.el.dataset.state = state;
-  }
-
-  function stateText(card) {
-    switch (card.state) {
-      case 'queued':
-        return card.position == null ? 'sending…' : `queued · #${card.position}`;
-      case 'started': return 'reading prompt';
-      case 'streaming': return 'streaming';
-      case 'done':
-        return {
-          length: 'done · max tokens', eos: 'done · end of text', stop: 'done · stop string',
-          cancelled: 'cancelled',
-        }[card.finish] || 'done';
-      case 'error': return card.rid == null && card.el.dataset.errorCode !== 'disconnected' ? 'refused' : 'failed';
-      default: return card.state;
-    }
-  }
-
-  // The card's text fields; cheap enough for every frame but batched by requestAnimationFrame.
-  const dirtyCards = new Set();
-  let cardsRaf = 0;
-  function touch(card) {
-    dirtyCards.add(card);
-    if (!cardsRaf) {
-      cardsRaf = requestAnimationFrame(() => {
-        cardsRaf = 0;
-        for (const c of dirtyCards) updateCard(c);
-        dirtyCards.clear();
-      });
-    }
-  }
-
-  function updateCard(card) {
-    const q = card.q;
-    q['card-state'].textContent = stateText(card);
-    if (card.rid != null) {
-      q['card-rid'].hidden = false;
-      q['card-rid'].textContent = 'rid ' + card.rid;
-    }
-    const final = isFinal(card);
-    q['card-cancel'].hidden = final;
-    q['card-reuse'].hidden = !final;
-    q.progress.hidden = final;
-    q.metrics.hidden = card.state === 'error' && !card.tokens && !card.timing;
-    q.progress.firstElementChild.style.setProperty('--frac',
-      Math.min(1, card.tokens / Math.max(1, card.maxTokens)).toFixed(4));
-    const t = card.timing;
-    if (t) {
-      q['m-ttft'].textContent = fmtMs(t.ttft_ms);
-      q['m-tps'].textContent = fmtRate(t.tokens_per_s);
-      q['m-queue'].textContent = fmtMs(t.queue_ms);
-      q['m-total'].textContent = fmtMs(t.total_ms);
-      q['m-ttft'].title = q['m-tps'].title = 'measured on the server';
-    } else {
-      // Client-side estimates while streaming (they include the network).
-      if (card.firstAt != null) {
-        q['m-ttft'].textContent = '≈ ' + fmtMs(card.firstAt - card.sentAt);
-        q['m-ttft'].title = 'estimated in the page';
-      }
-      if (card.tokens >= 2 && card.lastAt > card.firstAt) {
-        q['m-tps'].textContent = '≈ ' + fmtRate((card.tokens - 1) * 1000 / (card.lastAt - card.firstAt));
-        q['m-tps'].title = 'estimated in the page';
-      }
-    }
-    const usage = card.usage;
-    q['m-tokens'].textContent = usage
-      ? `${usage.prompt_tokens} + ${usage.completion_tokens}`
-      : (card.tokens ? `${card.promptTokens != null ? card.promptTokens + ' + ' : ''}${card.tokens}` :
-        (card.promptTokens != null ? `${card.promptTokens} + 0` : '–'));
-    q['m-tokens'].title = 'prompt + completion tokens';
-    q['m-seed'].textContent = card.seed != null ? String(card.seed) : '–';
-  }
-
-  function updateCounts() {
-    let running = 0, finished = 0;
-    for (const c of app.cards.values()) (isFinal(c) ? finished++ : running++);
-    const total = running + finished;
-    el.cardsCount.textContent = total ? `${running} running · ${total} total` : '';
-    el.cardsEmpty.hidden = total > 0;
-    el.clearDone.disabled = finished === 0;
-  }
-
-  function failCard(card, code, message) {
-    setState(card, 'error');
-    card.el.dataset.errorCode = code;
-    card.q['card-error'].hidden = false;
-    card.q['card-error'].textContent = message + (code ? ` [${code}]` : '');
-    updateCard(card);
-    updateCounts();
-  }
+    },
+  });
+  const isFinal = cards.isFinal;
 
   function cancelCard(card) {
     if (isFinal(card)) return;
-    if (!send({ type: 'cancel', id: card.id })) {
+    if (!send({ type: 'cancel', id: card.turn ? card.turn.reqId : card.id })) {
       showBanner('Not connected: the request cannot be cancelled (a closed connection cancels it anyway).');
       return;
     }
@@ -527,22 +394,12 @@
     card.q['card-cancel'].textContent = 'Cancelling…';
   }
 
-  el.clearDone.addEventListener('click', () => {
-    for (const [id, c] of app.cards) {
-      if (isFinal(c)) {
-        c.el.remove();
-        app.cards.delete(id);
-      }
-    }
-    updateCounts();
-  });
-
   function onQueued(m) {
-    const card = app.cards.get(m.id);
+    const card = cards.cardOf(m.id);
     if (!card || isFinal(card)) return;
     bindRid(card, m);
     card.position = m.position;
-    touch(card);
+    cards.touch(card);
   }
 
   function bindRid(card, m) {
@@ -553,24 +410,29 @@
         card.rid = m.rid;
         card.el.dataset.rid = String(m.rid);
         app.own[m.model].set(m.rid, card);
+        if (card.turn) {
+          card.turn.rid = m.rid;
+          card.turn.model = m.model;
+        }
         if (card.state === 'queued') app.waiting[m.model].set(m.rid, card);
       }
     }
   }
 
   function onStarted(m) {
-    const card = app.cards.get(m.id);
+    const card = cards.cardOf(m.id);
     if (!card || isFinal(card)) return;
     bindRid(card, m);
     card.position = null;
     card.promptTokens = m.prompt_tokens;
+    if (typeof m.cached_tokens === 'number') card.cachedTokens = m.cached_tokens;
     card.seed = m.seed;
-    if (card.state === 'queued') setState(card, 'started');
-    touch(card);
+    if (card.state === 'queued') cards.setState(card, 'started');
+    cards.touch(card);
   }
 
   function onToken(m) {
-    const card = app.cards.get(m.id);
+    const card = cards.cardOf(m.id);
     if (!card || isFinal(card)) return;
     const now = performance.now();
     if (card.firstAt == null) card.firstAt = now;
@@ -580,29 +442,28 @@
       card.text += m.text;
       card.textNode.appendData(m.text);
     }
-    if (card.state !== 'streaming') setState(card, 'streaming');
-    touch(card);
+    if (card.state !== 'streaming') cards.setState(card, 'streaming');
+    cards.touch(card);
   }
 
   function onDone(m) {
-    const card = app.cards.get(m.id);
+    const card = cards.cardOf(m.id);
     if (!card || isFinal(card)) return;
     card.finish = m.finish_reason || 'unknown';
     card.timing = m.timing || null;
     card.usage = m.usage || null;
     card.el.dataset.finish = card.finish;
     if (card.finish === 'error') {
-      failCard(card, 'engine', m.message || 'The engine failed on this request.');
+      cards.fail(card, 'engine', m.message || 'The engine failed on this request.');
       return;
     }
-    setState(card, 'done');
-    updateCard(card);
-    updateCounts();
+    cards.finishTurn(card);
   }
 
   function onError(m) {
     const text = m.message || 'unknown error';
-    const card = m.id != null ? app.cards.get(m.id) : null;
+    const card = m.id != null ? cards.cardOf(m.id) : null;
+    if (!card && m.id != null && app.reqs.has(m.id)) return;   // about an earlier turn of a card
     if (card) {
       if (isFinal(card)) return;   // e.g. a cancel that crossed the request's done
       if (m.code === 'unknown_id' && card.state !== 'queued') {
@@ -611,7 +472,7 @@
         card.q['card-cancel'].disabled = false;
         return;
       }
-      failCard(card, m.code || '', text);
+      cards.fail(card, m.code || '', text);
       return;
     }
     showBanner(`Server error${m.code ? ' (' + m.code + ')' : ''}: ${text}`);
@@ -753,22 +614,49 @@
     return r ? r.value : 'iterative';
   }
 
-  function submit(prompt, model, params) {
-    const card = createCard(prompt, model, params);
-    const msg = Object.assign({ type: 'generate', id: card.id, prompt, model }, params);
+  function currentMode() {
+    const r = document.querySelector('input[name="mode"]:checked');
+    return r && r.value === 'chat' ? 'chat' : 'complete';
+  }
+
+  // A new card for a prompt from the composer; mode 'chat' sends it as the first user turn.
+  function submit(prompt, model, params, mode) {
+    const card = cards.create({ model, params, mode });
+    sendTurn(card, prompt, params);
+    return card;
+  }
+
+  // The card's next request: `prompt` for a completion card's first turn, else `messages` with
+  // every earlier turn; always with the card's conversation id.
+  function sendTurn(card, user, params) {
+    const kind = cards.nextKind(card);
+    const history = kind === 'chat' ? cards.messages(card, user) : null;
+    const turn = cards.beginTurn(card, user, kind, params);
+    const msg = Object.assign({ type: 'generate', id: turn.reqId },
+      history ? { messages: history } : { prompt: user },
+      { conversation: card.conv, model: card.model }, params);
     const text = JSON.stringify(msg);
     if (byteLength(text) > limits().max_message_bytes) {
-      failCard(card, 'too_large', `The prompt is too long: the message would be ${byteLength(text)} bytes, ` +
+      cards.fail(card, 'too_large', `The ${history ? 'conversation' : 'prompt'} is too long: the message would be ${byteLength(text)} bytes, ` +
         `the server takes at most ${limits().max_message_bytes}.`);
-      return card;
+      return;
     }
     if (!app.ws || app.ws.readyState !== WebSocket.OPEN || !app.hello) {
-      failCard(card, 'disconnected', 'Not connected to the server; nothing was sent.');
-      return card;
+      cards.fail(card, 'disconnected', 'Not connected to the server; nothing was sent.');
+      return;
     }
     card.sentAt = performance.now();
     app.ws.send(text);
-    return card;
+  }
+
+  // The card's Continue form (or a new chat's first turn): null when sent, else why not.
+  function continueCard(card, text) {
+    if (!app.hello) return 'Not connected to the server yet.';
+    const params = readParams();
+    if (!params) return 'Please fix the highlighted sampling parameter first.';
+    if (!card.turns.some((t) => !t.failed && t.finish)) card.model = currentPolicy();
+    sendTurn(card, text, params);
+    return null;
   }
 
   function onSend(ev) {
@@ -792,7 +680,7 @@
       el.formErr.textContent = 'Not connected to the server yet.';
       return;
     }
-    submit(prompt, currentPolicy(), params);
+    submit(prompt, currentPolicy(), params, currentMode());
     el.prompt.value = '';
     el.prompt.focus();
   }
@@ -812,9 +700,11 @@
     const params = readParams();
     if (!params || !app.hello) return;
     const model = currentPolicy();
-    submit(DEMO_PROMPTS[0], model, params);
-    setTimeout(() => submit(DEMO_PROMPTS[1], model, Object.assign({}, params)), DEMO_GAP_MS);
+    submit(DEMO_PROMPTS[0], model, params, 'complete');
+    setTimeout(() => submit(DEMO_PROMPTS[1], model, Object.assign({}, params), 'complete'), DEMO_GAP_MS);
   });
+
+  el.newChat.addEventListener('click', () => cards.newChat());
 
   // The parameters in one line next to their (collapsible) heading.
   const brief = $('#params-brief');
@@ -834,7 +724,7 @@
 
   // ---------------------------------------------------------------- start
 
-  updateCounts();
+  cards.restore();
   updateBrief();
   connect();
 })();

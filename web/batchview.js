@@ -2,15 +2,20 @@
 // column per scheduler step (newest on the right), one lane per request, prompt (prefill) steps
 // lighter than decode steps, this page's own requests in their card's colour (and a dotted trail
 // while they wait in the queue), other sessions' requests in grey, the queue length underneath.
-// app.js creates one per policy (window.InflightBatchView).
+// A request's first prefill run after a cached prefix (a `seqs` entry [rid, 1, cached]) is
+// hatched: its cached share of the prompt when the prompt's length is known (this page's own
+// requests), else the whole cell; the tooltip says how many tokens came from the prefix cache.
+// app.js creates one per policy (window.InflightBatchView). For tests: the figure's
+// data-cached-cells (cached cells received so far) and view.locate(step, rid) (a cell's centre).
 'use strict';
 
 (function () {
   const MAX_COLS = 2000;   // columns kept (more than a wide screen shows at the smallest zoom)
   const QUEUE_H = 18;      // the queue-length strip
   const AXIS_H = 15;       // step numbers
-  const IDLE_MS = 250;
-  const FRAME_MS = 33;     // at most ~30 redraws a second     // a pause this long between steps is marked with a dashed line
+  const IDLE_MS = 250;     // a pause this long between steps is marked with a dashed line
+  const FRAME_MS = 33;     // at most ~30 redraws a second
+  const CELL = 4;          // a column's cells, flat: rid, lane, kind, cached prefix tokens
   const KIND_DECODE = 0, KIND_PREFILL = 1, KIND_WAITING = 2;
   const KIND_NAMES = ['decode', 'prefill', 'waiting in the queue'];
 
@@ -31,7 +36,7 @@
   class BatchView {
     // figure: the .batch element (holds a canvas, a .tip and [data-stat] cells)
     // model: "iterative" | "static"; label: shown in the canvas's accessible name
-    // own(rid) -> {id, color} for this page's requests, else null
+    // own(rid) -> {id, color, promptTokens} for this page's requests, else null
     constructor(figure, model, label, own) {
       this.fig = figure;
       this.model = model;
@@ -71,6 +76,8 @@
       this.laneOf = new Map();    // rid -> lane
       this.last = null;           // last step frame
       this.dropped = 0;
+      this.cachedCells = 0;
+      this.fig.dataset.cachedCells = '0';
       this.hideTip();
       this.schedule();
     }
@@ -157,18 +164,21 @@
     // One step frame; waitingRids: this page's requests of this batcher still in the queue.
     push(f, waitingRids) {
       const serial = this.serial++;
-      const cells = [];   // flat: rid, lane, kind
+      const cells = [];   // flat: rid, lane, kind, cached (CELL a cell)
       const seen = new Set();
       if (Array.isArray(f.seqs)) {
         for (const s of f.seqs) {
           const rid = s[0];
+          const cached = s[1] && s[2] > 0 ? s[2] : 0;
           seen.add(rid);
-          cells.push(rid, this.laneFor(rid, serial), s[1] ? KIND_PREFILL : KIND_DECODE);
+          cells.push(rid, this.laneFor(rid, serial), s[1] ? KIND_PREFILL : KIND_DECODE, cached);
+          if (cached) this.cachedCells++;
         }
       }
       for (const rid of waitingRids) {
-        if (!seen.has(rid)) cells.push(rid, this.laneFor(rid, serial), KIND_WAITING);
+        if (!seen.has(rid)) cells.push(rid, this.laneFor(rid, serial), KIND_WAITING, 0);
       }
+      this.fig.dataset.cachedCells = String(this.cachedCells);
       const prev = this.cols.length ? this.cols[this.cols.length - 1] : null;
       const idle = prev ? (f.t_ms - (prev.t + prev.ms)) : 0;
       this.cols.push({
@@ -248,7 +258,7 @@
       let maxLane = -1, maxWait = 4;
       for (let i = first; i < this.cols.length; i++) {
         const c = this.cols[i];
-        for (let j = 1; j < c.cells.length; j += 3) if (c.cells[j] > maxLane) maxLane = c.cells[j];
+        for (let j = 1; j < c.cells.length; j += CELL) if (c.cells[j] > maxLane) maxLane = c.cells[j];
         if (c.waiting > maxWait) maxWait = c.waiting;
       }
       const rows = Math.max(6, maxLane + 1);
@@ -290,8 +300,8 @@
           for (let y = laneTop; y < queueTop + QUEUE_H; y += 4) ctx.fillRect(x, y, 1, 2);
         }
         const cells = c.cells;
-        for (let j = 0; j < cells.length; j += 3) {
-          const rid = cells[j], lane = cells[j + 1], kind = cells[j + 2];
+        for (let j = 0; j < cells.length; j += CELL) {
+          const rid = cells[j], lane = cells[j + 1], kind = cells[j + 2], cached = cells[j + 3];
           const o = this.own(rid);
           const color = o ? o.color : th.other;
           const y = laneTop + lane * rowH + vpad, h = rowH - 2 * vpad;
@@ -310,6 +320,7 @@
             } else {
               ctx.fillRect(x, y + h - 1, cw, 1);
             }
+            if (cached) this.hatch(x, y, cw, h, color, cached, o && o.promptTokens);
           } else {
             ctx.globalAlpha = 0.7;
             const dh = Math.max(1, Math.min(2, h / 3));
@@ -323,6 +334,52 @@
           ctx.fillRect(x, queueTop + QUEUE_H - 2 - bh, cw, bh);
         }
       }
+    }
+
+    // The cached share of a prefill cell: diagonal stripes over the top cached/prompt of its
+    // height (all of it when the prompt's length is unknown), and a solid edge on its left.
+    hatch(x, y, w, h, color, cached, promptTokens) {
+      const ctx = this.ctx;
+      const frac = promptTokens > 0 ? Math.min(1, cached / promptTokens) : 1;
+      const hh = Math.max(1, h * frac);
+      ctx.save();
+      ctx.beginPath();
+      ctx.rect(x, y, w, hh);
+      ctx.clip();
+      ctx.fillStyle = color;
+      ctx.globalAlpha = 0.3;
+      ctx.fillRect(x, y, w, hh);
+      ctx.globalAlpha = 1;
+      ctx.strokeStyle = color;
+      ctx.lineWidth = 1;
+      ctx.beginPath();
+      for (let d = -hh; d < w; d += 3) {
+        ctx.moveTo(x + d, y + hh);
+        ctx.lineTo(x + d + hh, y);
+      }
+      ctx.stroke();
+      ctx.restore();
+      ctx.fillStyle = color;
+      ctx.fillRect(x, y, Math.min(w, 1.5), h);
+    }
+
+    // The centre of rid's cell in the column of `step`, in the canvas's CSS pixels, or null when
+    // that column is not on screen (for tests: hover there for the tooltip).
+    locate(step, rid) {
+      const L = this.layout;
+      if (!L || !L.nVis) return null;
+      for (let i = 0; i < L.nVis; i++) {
+        const c = this.cols[L.first + i];
+        if (c.step !== step) continue;
+        for (let j = 0; j < c.cells.length; j += CELL) {
+          if (c.cells[j] !== rid) continue;
+          return {
+            x: this.width - (L.nVis - i) * L.colW + L.colW / 2,
+            y: L.laneTop + c.cells[j + 1] * L.rowH + L.rowH / 2,
+          };
+        }
+      }
+      return null;
     }
 
     onPointer(e) {
@@ -345,10 +402,14 @@
       const c = this.cols[L.first + i];
       const lane = Math.floor((y - L.laneTop) / L.rowH);
       let who = '';
-      for (let j = 0; j < c.cells.length; j += 3) {
+      for (let j = 0; j < c.cells.length; j += CELL) {
         if (c.cells[j + 1] === lane) {
-          const rid = c.cells[j], o = this.own(rid);
+          const rid = c.cells[j], o = this.own(rid), cached = c.cells[j + 3];
           who = `rid ${rid}: ${o ? 'yours (' + o.id + ')' : 'another session'}, ${KIND_NAMES[c.cells[j + 2]]}`;
+          if (cached) {
+            who += `\n${cached} prompt token${cached === 1 ? '' : 's'} from the prefix cache` +
+              (o && o.promptTokens > 0 ? ` (of ${o.promptTokens})` : '') + ', the rest computed from here';
+          }
           break;
         }
       }

@@ -1,9 +1,15 @@
 // history.js: the history page: this browser's past requests from the server's SQLite log
 // (docs/protocol.md, "User key and history"), newest first, 50 at a time ("Load older" pages with
-// `before`); TTFT and tokens/s over time (plot.js); the selected request's token arrival timeline,
-// parameters and whole text from /api/requests/ID.
+// `before`), a conversation's requests together as a thread (conversation.js's threadOrder: at
+// its newest request's place, oldest turn first, with the prompt tokens that came from the
+// prefix cache); history.html?conversation=ID shows one conversation; TTFT and tokens/s over
+// time (plot.js); the selected request's token arrival timeline, parameters and whole text from
+// /api/requests/ID.
 //
 // Hooks for tests:
+//   threads: <tr class="thread-head" data-conversation="c-..." data-turns="3" data-cached="64">,
+//         then its rows <tr class="turn-row" data-id data-conversation data-turn="1"
+//         data-cached="0"> (a lone request of a conversation: a plain row with data-conversation)
 //   <body data-state="loading|ready|empty|nodb|error" data-error="off|network|http|bad-answer">
 //   rows: <tr data-id="412" data-policy="iterative" data-finish="length" data-kind="done|cancelled|
 //         error" data-error-code="..."> (aria-expanded="true" on the selected one, which has the
@@ -21,6 +27,12 @@
     return Number.isInteger(n) && n >= 1 && n <= 500 ? n : 50;
   })();
   const POLICY_NAMES = { iterative: 'iterative', static: 'static' };
+  const CONV = window.InflightConversations;
+  // history.html?conversation=ID: only that conversation's requests
+  const ONLY = (() => {
+    const c = new URLSearchParams(location.search).get('conversation');
+    return c && CONV.CONV_ID.test(c) ? c : null;
+  })();
   const FINISH_TEXT = {
     length: 'max tokens', eos: 'end of text', stop: 'stop string', cancelled: 'cancelled', error: 'failed',
   };
@@ -73,6 +85,7 @@
     statTimeline: $('#stat-timeline'),
     keyHint: $('#key-hint'),
     keyWhere: $('#key-where'),
+    threadNote: $('#thread-note'),
   };
 
   // ---------------------------------------------------------------- formatting
@@ -226,6 +239,13 @@
   }
 
   function showEmpty() {
+    if (ONLY) {
+      return showState('empty', {
+        title: 'No requests in this conversation',
+        text: ['None of this browser\'s requests belong to conversation ', { code: ONLY }, '.'],
+        chat: true, retry: true, retryText: 'Check again',
+      });
+    }
     showState('empty', {
       title: 'No requests yet',
       text: user.stored
@@ -248,7 +268,7 @@
     hist.loading = true;
     el.refresh.disabled = true;
     if (!hist.requests.length) showState('loading', { title: 'Loading your history…', text: 'Asking the server for this browser\'s requests.' });
-    const r = await api('api/history?' + q({ user: user.key, limit: PAGE_SIZE }));
+    const r = await api('api/history?' + q({ user: user.key, limit: PAGE_SIZE, conversation: ONLY }));
     hist.loading = false;
     el.refresh.disabled = false;
     if (!r.ok) return showLoadError(r);
@@ -276,7 +296,7 @@
     el.loadOlder.disabled = true;
     el.loadOlder.textContent = 'Loading…';
     el.moreNote.textContent = '';
-    const r = await api('api/history?' + q({ user: user.key, limit: PAGE_SIZE, before: hist.nextBefore }));
+    const r = await api('api/history?' + q({ user: user.key, limit: PAGE_SIZE, before: hist.nextBefore, conversation: ONLY }));
     hist.loading = false;
     el.loadOlder.disabled = false;
     el.loadOlder.textContent = 'Load older';
@@ -336,6 +356,10 @@
     chip(String(tokens), 'tokens', 'completion tokens of the requests shown');
     const errors = hist.requests.filter((r) => finishKind(r) === 'error').length;
     if (errors) chip(String(errors), errors === 1 ? 'error' : 'errors');
+    const threads = CONV.threadOrder(hist.requests).filter((t) => t.head).length;
+    if (threads) chip(String(threads), threads === 1 ? 'conversation' : 'conversations', 'conversations of two or more requests');
+    const cached = hist.requests.reduce((a, r) => a + (isNum(r.cached_tokens) ? r.cached_tokens : 0), 0);
+    if (cached) chip(String(cached), 'cached', 'prompt tokens whose KV came from the server\'s prefix cache');
     if (hist.scope === 'all') chip('everyone', 'shown', 'The server runs with --history all');
   }
 
@@ -350,8 +374,20 @@
 
   function renderRows() {
     const frag = document.createDocumentFragment();
-    for (const r of hist.requests) {
+    for (const t of CONV.threadOrder(hist.requests)) {
+      if (t.head) {
+        frag.append(CONV.threadHead(t, { color: policyColor(t.list[t.list.length - 1].policy),
+          link: !ONLY && hist.nextBefore != null ? 'history.html?' + q({ conversation: t.head }) : null }));
+        continue;
+      }
+      const r = t.r;
       const tr = document.createElement('tr');
+      if (t.conv) tr.dataset.conversation = t.conv;
+      if (t.turn) {
+        tr.className = 'turn-row';
+        tr.dataset.turn = String(t.turn);
+      }
+      if (isNum(r.cached_tokens)) tr.dataset.cached = String(r.cached_tokens);
       tr.dataset.id = String(r.id);
       tr.dataset.policy = r.policy || '';
       tr.dataset.finish = r.finish_reason || '';
@@ -374,15 +410,10 @@
       tag.textContent = r.policy || '–';
       tdPol.append(tag);
 
-      const tdPrompt = cell(tr, 'c-prompt');
-      const pr = document.createElement('span');
-      pr.className = 'cell-prompt';
-      pr.textContent = r.prompt || '';
-      pr.title = String(r.prompt || '').slice(0, 600);
-      tdPrompt.append(pr);
-
-      cell(tr, 'c-num c-tokens', isNum(r.completion_tokens) ? String(r.completion_tokens) : '–',
-        isNum(r.prompt_tokens) ? `prompt ${r.prompt_tokens} + completion ${isNum(r.completion_tokens) ? r.completion_tokens : 0} tokens` : '');
+      CONV.promptCell(cell(tr, 'c-prompt'), r, t);
+      CONV.cachedNote(cell(tr, 'c-num c-tokens', isNum(r.completion_tokens) ? String(r.completion_tokens) : '–',
+        isNum(r.prompt_tokens) ? `prompt ${r.prompt_tokens}` + (isNum(r.cached_tokens) ? ` (${r.cached_tokens} cached)` : '') +
+          ` + completion ${isNum(r.completion_tokens) ? r.completion_tokens : 0} tokens` : ''), r);
 
       const tdFin = cell(tr, 'c-finish');
       const badge = document.createElement('span');
@@ -412,6 +443,7 @@
     if (hist.nextBefore == null && n > PAGE_SIZE) el.moreNote.textContent = 'That is all of them.';
     else if (hist.nextBefore != null) el.moreNote.textContent = '';
     el.more.hidden = el.loadOlder.hidden && !el.moreNote.textContent;
+    el.threadNote.hidden = !ONLY;
     el.scopeNote.hidden = hist.scope !== 'all';
     el.scopeNote.textContent = hist.scope === 'all'
       ? 'This server shows everyone\'s requests (it runs with --history all), not only this browser\'s.' : '';
@@ -532,6 +564,7 @@
     el.detailFinish.dataset.kind = finishKind(r);
     const parts = [fmtFull(r.queued_at_ms)];
     if (r.client_id) parts.push('id ' + r.client_id);
+    if (r.conversation) parts.push('conversation ' + r.conversation);
     if (r.session) parts.push('session ' + r.session);
     el.detailWhen.textContent = parts.join(' · ');
     el.detailMetrics.textContent = '';
@@ -539,6 +572,7 @@
     dlRow(el.detailMetrics, 'TTFT', fmtMs(r.ttft_ms), 'arrival to the first token');
     dlRow(el.detailMetrics, 'Speed', fmtRate(r.tokens_per_s), 'tokens after the first, over the time from the first to the last');
     dlRow(el.detailMetrics, 'Tokens', `${isNum(r.prompt_tokens) ? r.prompt_tokens : '–'} + ${isNum(r.completion_tokens) ? r.completion_tokens : '–'}`, 'prompt + completion tokens');
+    if (isNum(r.cached_tokens)) dlRow(el.detailMetrics, 'Cached', String(r.cached_tokens), 'prompt tokens whose KV came from the prefix cache');
     dlRow(el.detailMetrics, 'Total', fmtMs(r.total_ms), 'arrival to the end');
     el.detailPrompt.textContent = r.prompt || '';
     el.detailCompletion.textContent = r.completion || '';
@@ -707,6 +741,10 @@
   el.refresh.addEventListener('click', loadFirst);
   el.stateRetry.addEventListener('click', loadFirst);
 
+  if (ONLY) {
+    el.threadNote.querySelector('code').textContent = ONLY;
+    document.title = 'inflight · conversation ' + ONLY;
+  }
   el.keyHint.textContent = user.key.slice(0, 6) + '…';
   el.keyHint.title = 'The first characters of this browser\'s user key; the server keeps only its SHA-256';
   el.keyWhere.textContent = user.stored ? 'is kept in this browser' : 'lives only in this page (storage is off)';
