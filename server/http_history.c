@@ -98,7 +98,7 @@ int http_history_begin(server *s, srv_conn *c, struct lws *wsi, const char *path
         }
         char conv[REQ_MAX_CONV + 8];
         const char *cv = lws_get_urlarg_by_name(wsi, "conversation=", conv, sizeof conv);
-        if (cv && !req_conversation_valid(cv)) {
+        if (cv && !proto_conversation_valid(cv)) {
             free(j);
             return http_json_error(c, wsi, HTTP_STATUS_BAD_REQUEST,
                                    "conversation must be 1 to 64 characters of A-Z a-z 0-9 _ -",

@@ -303,12 +303,26 @@ static int parse_messages(const cJSON *root, req_params *m, proto_error *err)
     return 0;
 }
 
+int proto_conversation_valid(const char *s)
+{
+    size_t n = strlen(s);
+    if (n < 1 || n > REQ_MAX_CONV)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
 /* conversation: 1 to REQ_MAX_CONV characters of [A-Za-z0-9_-]. */
 static int parse_conversation(const cJSON *v, req_params *m, proto_error *err)
 {
     if (want_string(v, "conversation", err))
         return -1;
-    if (!req_conversation_valid(v->valuestring)) {
+    if (!proto_conversation_valid(v->valuestring)) {
         set_param(err, "conversation");
         proto_error_set(err, IFL_CODE_OUT_OF_RANGE,
                         "field 'conversation' must be 1 to %d characters of A-Z a-z 0-9 _ -",

@@ -71,6 +71,9 @@ struct cJSON *proto_parse_json_object(const char *text, size_t len, proto_error 
 /* "a string", "a number", ... for error messages. */
 const char *proto_json_type_name(const struct cJSON *v);
 
+/* Whether s is a conversation id: 1 to REQ_MAX_CONV characters of [A-Za-z0-9_-]. */
+int proto_conversation_valid(const char *s);
+
 void proto_error_set(proto_error *e, ifl_code code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

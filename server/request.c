@@ -233,20 +233,6 @@ static srv_req *req_new(req_layer *L, req_owner *o, req_params *p, uint64_t t_ar
     return r;
 }
 
-int req_conversation_valid(const char *s)
-{
-    size_t n = strlen(s);
-    if (n < 1 || n > REQ_MAX_CONV)
-        return 0;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '_' || c == '-'))
-            return 0;
-    }
-    return 1;
-}
-
 srv_req *req_submit(req_layer *L, req_owner *o, req_params *p, uint64_t t_arrival)
 {
     srv_req *r = req_new(L, o, p, t_arrival);

@@ -134,9 +134,6 @@ typedef struct {
     uint64_t rng_state;
 } req_layer;
 
-/* Whether s is a conversation id: 1 to REQ_MAX_CONV characters of [A-Za-z0-9_-]. */
-int req_conversation_valid(const char *s);
-
 /* Service thread. */
 void req_owner_init(req_owner *o, const req_sink *sink, void *fe, uint64_t session,
                     int32_t max_inflight);
