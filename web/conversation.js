@@ -25,19 +25,7 @@
     '#a87b4f', '#5b6cf0', '#7ab317'];
   const CONV_ID = /^[A-Za-z0-9_-]{1,64}$/;   // what the server accepts as a conversation id
 
-  function fmtMs(ms) {
-    if (typeof ms !== 'number' || !isFinite(ms) || ms < 0) return '–';
-    if (ms < 10) return ms.toFixed(1) + ' ms';
-    if (ms < 1000) return Math.round(ms) + ' ms';
-    return (ms / 1000).toFixed(2) + ' s';
-  }
-
-  function fmtRate(r) {
-    if (typeof r !== 'number' || !isFinite(r) || r <= 0) return '–';
-    return (r < 100 ? r.toFixed(1) : Math.round(r)) + ' tok/s';
-  }
-
-  const isNum = (v) => typeof v === 'number' && isFinite(v);
+  const { isNum, ms: fmtMs, rate: fmtRate } = window.InflightFormat;   // format.js
 
   // "c-" and 16 random hex digits: within the server's [A-Za-z0-9_-]{1,64}.
   function newConversationId() {

@@ -88,48 +88,10 @@
     threadNote: $('#thread-note'),
   };
 
-  // ---------------------------------------------------------------- formatting
+  // ---------------------------------------------------------------- formatting (format.js)
 
-  function fmtMs(ms) {
-    if (typeof ms !== 'number' || !isFinite(ms) || ms < 0) return '–';
-    if (ms < 10) return ms.toFixed(1) + ' ms';
-    if (ms < 1000) return Math.round(ms) + ' ms';
-    if (ms < 60000) return (ms / 1000).toFixed(2) + ' s';
-    return Math.floor(ms / 60000) + ' min ' + Math.round((ms % 60000) / 1000) + ' s';
-  }
-
-  function fmtRate(r) {
-    if (typeof r !== 'number' || !isFinite(r) || r <= 0) return '–';
-    return (r < 100 ? r.toFixed(1) : String(Math.round(r))) + ' tok/s';
-  }
-
-  const pad2 = (n) => String(n).padStart(2, '0');
-  const MONTHS = ['Jan', 'Feb', 'Mar', 'Apr', 'May', 'Jun', 'Jul', 'Aug', 'Sep', 'Oct', 'Nov', 'Dec'];
-  const clock = (d) => pad2(d.getHours()) + ':' + pad2(d.getMinutes()) + ':' + pad2(d.getSeconds());
-
-  // A row's time: the clock today, else the day too.
-  function fmtWhen(ms) {
-    if (typeof ms !== 'number' || !isFinite(ms)) return '–';
-    const d = new Date(ms), now = new Date();
-    if (d.toDateString() === now.toDateString()) return clock(d);
-    const day = d.getDate() + ' ' + MONTHS[d.getMonth()] + (d.getFullYear() !== now.getFullYear() ? ' ' + d.getFullYear() : '');
-    return day + ', ' + pad2(d.getHours()) + ':' + pad2(d.getMinutes());
-  }
-
-  function fmtFull(ms) {
-    if (typeof ms !== 'number' || !isFinite(ms)) return '–';
-    const d = new Date(ms);
-    return d.getDate() + ' ' + MONTHS[d.getMonth()] + ' ' + d.getFullYear() + ', ' + clock(d) +
-      '.' + String(d.getMilliseconds()).padStart(3, '0');
-  }
-
-  function quantile(sorted, q) {
-    if (!sorted.length) return NaN;
-    const i = (sorted.length - 1) * q, lo = Math.floor(i), hi = Math.ceil(i);
-    return sorted[lo] + (sorted[hi] - sorted[lo]) * (i - lo);
-  }
-
-  const isNum = (v) => typeof v === 'number' && isFinite(v);
+  const { isNum, ms: fmtMs, rate: fmtRate, when: fmtWhen, full: fmtFull, quantile } =
+    window.InflightFormat;
   const shortPrompt = (s, n) => {
     const t = String(s == null ? '' : s).replace(/\s+/g, ' ').trim();
     return t.length > n ? t.slice(0, n - 1) + '…' : t;
