@@ -64,6 +64,24 @@ static void solo(ifl_backend *be, const int32_t *tokens, int32_t n, float *out)
     ifl_kv_pool_free(&p);
 }
 
+/* tokens[0..n) admitted into pool p (which must find want_cached of them) and the rest computed
+ * on be: the last logits must equal the whole prompt's on be_solo, bit for bit. */
+static void cached_vs_whole(ifl_backend *be, ifl_backend *be_solo, ifl_kv_pool *p,
+                            const int32_t *tokens, int32_t n, int32_t want_cached, const char *tag,
+                            float *got, float *want)
+{
+    int32_t V = model.cfg.n_vocab, cached = -1;
+    ifl_kv_seq s = {0};
+    CHECK(ifl_kv_seq_admit(&s, p, tokens, n, n, &cached) == 0);
+    CHECKF(cached == want_cached, "%s: %d tokens cached, expected %d", tag, cached, want_cached);
+    run(be, &s, tokens + cached, n - cached, cached, got);
+    solo(be_solo, tokens, n, want);
+    CHECKF(!memcmp(got, want, (size_t)V * sizeof *got),
+           "%s: logits with %d cached tokens differ from the whole prompt's (relative L2 %.3g)",
+           tag, cached, rel_l2(got, want, (size_t)V));
+    ifl_kv_seq_free(&s, p);
+}
+
 static void test_logits(void)
 {
     ifl_backend *be = backend_with(4, 128, 64), *be_solo = backend_with(1, 128, 8);
@@ -94,31 +112,13 @@ static void test_logits(void)
     CHECK(p.n_published == 3); /* positions 0..47 */
     ifl_kv_seq_release(&sa, &p);
     /* B: the opening, then its own tokens: two blocks cached */
-    ifl_kv_seq sb = {0};
-    CHECK(ifl_kv_seq_admit(&sb, &p, b, 57, 57, &cached) == 0);
-    CHECKF(cached == 32, "B: %d tokens cached, expected 32", cached);
-    run(be, &sb, b + cached, 57 - cached, cached, got);
-    solo(be_solo, b, 57, want);
-    CHECKF(!memcmp(got, want, (size_t)V * sizeof *got),
-           "B: logits with 32 cached tokens differ from the whole prompt's (relative L2 %.3g)",
-           rel_l2(got, want, (size_t)V));
-    ifl_kv_seq_release(&sb, &p);
+    cached_vs_whole(be, be_solo, &p, b, 57, 32, "B", got, want);
     /* C: A's prompt and generated inputs, then more: three blocks, the third holding both */
     memcpy(c, a, sizeof c);
-    ifl_kv_seq sc = {0};
-    CHECK(ifl_kv_seq_admit(&sc, &p, c, 60, 60, &cached) == 0);
-    CHECKF(cached == 48, "C: %d tokens cached, expected 48", cached);
-    run(be, &sc, c + cached, 60 - cached, cached, got);
-    solo(be_solo, c, 60, want);
-    CHECKF(!memcmp(got, want, (size_t)V * sizeof *got),
-           "C: logits with 48 cached tokens differ from the whole prompt's (relative L2 %.3g)",
-           rel_l2(got, want, (size_t)V));
-    ifl_kv_seq_release(&sc, &p);
+    cached_vs_whole(be, be_solo, &p, c, 60, 48, "C", got, want);
     CHECK(ifl_kv_pool_used(&p) == 0 && ifl_kv_pool_available(&p) == p.n_blocks);
     printf("logits: bit-identical with 32 and 48 cached tokens\n");
     ifl_kv_seq_free(&sa, &p);
-    ifl_kv_seq_free(&sb, &p);
-    ifl_kv_seq_free(&sc, &p);
     ifl_kv_pool_free(&p);
     free(got);
     free(want);
