@@ -95,9 +95,13 @@ async function chatCompletion(base, stream) {
 }
 
 async function checkHistory(port, on) {
-  const r = await L.httpRequest(port, `/api/history?user=${KEY}&conversation=${CONV}`);
-  L.eq(r.status, 200, 'history of the conversation');
-  const rows = JSON.parse(r.body).requests;
+  // the log writer commits in rounds (every 200 ms by default): wait for the round that holds the third turn
+  const rows = await L.until(async () => {
+    const r = await L.httpRequest(port, `/api/history?user=${KEY}&conversation=${CONV}`);
+    L.eq(r.status, 200, 'history of the conversation');
+    const got = JSON.parse(r.body).requests;
+    return got.length >= 3 && got;
+  }, 10000, 'the three turns in the request log');
   L.eq(rows.length, 3, 'the conversation has three requests');
   rows.reverse(); // newest first
   for (const [i, row] of rows.entries()) {
