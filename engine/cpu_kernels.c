@@ -251,16 +251,25 @@ static void matmul_nk(const ifl_matmul_args *a, int ith, int nth)
     float *xp = thread_xpad(a, ith);
     pad_x(xp, a->x, (int)a->M, K, K, KB * cw, W->dtype == IFL_DTYPE_BF16 ? k->bf16_group : 0);
     /* few rows: L2-sized chunks (W streams from memory once); more: L1-sized, each group of rows
-     * of x passing over panels in L1 (the per-element order is the same either way) */
+     * of x passing over panels in L1 (the per-element order is the same either way), widened
+     * once to f32 where the family does that for this dtype (the copy's chunk fits L1) */
+    int widen = W->dtype != IFL_DTYPE_F32 && k->nk_widen && a->M > k->nk_widen_above[W->dtype];
     size_t chunk_bytes = a->M > 4 ? L1_CHUNK_BYTES : L2_CHUNK_BYTES;
-    int32_t chunk = (int32_t)(chunk_bytes / ((size_t)KB * 256));
+    int32_t chunk = (int32_t)(chunk_bytes / ((size_t)KB * 256 * (widen ? 2 : 1)));
     chunk = chunk < 1 ? 1 : chunk;
+    float *wide = thread_conv(a, ith); /* >= pad32(max_k) * 32 floats: L1_CHUNK_BYTES or a panel */
     for (int32_t c0 = g0; c0 < g1; c0 += chunk) {
         int32_t c1 = c0 + chunk < g1 ? c0 + chunk : g1;
+        if (widen)
+            k->nk_widen(wide, W->data, KB, c0, c1, W->dtype);
         for (int32_t m0 = 0; m0 < a->M; m0 += k->nk_max_m) {
             int M = a->M - m0 < k->nk_max_m ? (int)(a->M - m0) : k->nk_max_m;
-            k->nk_panels(a->y + (size_t)m0 * N + (size_t)c0 * 4, N, xp + (size_t)m0 * KB * cw, KB,
-                         W->data, c0, c1, N, M, W->dtype);
+            float *y = a->y + (size_t)m0 * N + (size_t)c0 * 4;
+            const float *xm = xp + (size_t)m0 * KB * cw;
+            if (widen)
+                k->nk_panels(y, N, xm, 2 * KB, wide, 0, c1 - c0, N - c0 * 4, M, IFL_DTYPE_F32);
+            else
+                k->nk_panels(y, N, xm, KB, W->data, c0, c1, N, M, W->dtype);
         }
     }
     epilogue(a, N, n0, n1);

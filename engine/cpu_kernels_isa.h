@@ -95,6 +95,14 @@ typedef struct ifl_cpu_kernels {
     void (*nk_panels)(float *y, int32_t ldy, const float *xp, int32_t KB, const void *W, int32_t g0,
                       int32_t g1, int32_t N, int M, ifl_dtype dt);
     int nk_max_m;
+    /* Dot products over more than nk_widen_above[dt] rows (NULL nk_widen: never): the 16-bit NK4
+     * panels g0..g1 (KB panel columns) widened once per chunk into f32 NK4 panels of 2 * KB
+     * columns, dst (4 * (g1 - g0) rows, 2 * KB * 16), holding every value in the lane nk_panels
+     * multiplies it in on W; nk_panels then runs on the copy as f32 and every sum comes out bit
+     * for bit as on W (the same products in the same order), without converting each weight
+     * again for every group of rows. */
+    void (*nk_widen)(float *dst, const void *W, int32_t KB, int32_t g0, int32_t g1, ifl_dtype dt);
+    int32_t nk_widen_above[3];
     /* 0: bf16 columns in natural order; g: each g columns held as [g/2 even | g/2 odd]. */
     int bf16_group;
     /* Puts n (a multiple of bf16_group) partial sums back in column order; NULL when bf16_group

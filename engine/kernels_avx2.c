@@ -224,6 +224,33 @@ IFL_ALWAYS_INLINE void nk4_panels(float *y, int32_t ldy, const float *xp, int32_
     }
 }
 
+/* The 16-bit NK4 panels g0..g1 as f32 NK4 panels (ifl_cpu_kernels.nk_widen): unit u (16 values)
+ * of a row of block kb becomes that row of f32 block 2 * kb + u, as the two registers nk4_panels
+ * makes of it (bf16: the even elements, then the odd ones; f16: in order). */
+static void nk_widen_avx2(float *dst, const void *W, int32_t KB, int32_t g0, int32_t g1,
+                          ifl_dtype dt)
+{
+    const char *src = (const char *)W + (size_t)g0 * (size_t)KB * 256;
+    size_t units =
+        (size_t)(g1 - g0) * (size_t)KB * 4 * 2; /* (panel, kb, row, u), in memory order */
+    for (size_t i = 0; i < units; i++) {
+        const char *p = src + i * 32;
+        size_t blk = i / 8, r = i / 2 % 4, u = i % 2; /* 8 units (4 rows x 2) per 256-byte block */
+        float *d = dst + ((blk * 2 + u) * 4 + r) * 16;
+        __m256 v0, v1;
+        if (dt == IFL_DTYPE_F16) {
+            v0 = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)p));
+            v1 = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(p + 16)));
+        } else {
+            __m256i v = _mm256_load_si256((const __m256i *)p);
+            v0 = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+            v1 = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xffff0000u)));
+        }
+        _mm256_store_ps(d, v0);
+        _mm256_store_ps(d + 8, v1);
+    }
+}
+
 static void kn_panels_avx2(float *acc, int32_t lda, const float *x, int32_t ldx, int32_t K,
                            int32_t kb0, int32_t kb1, const void *W, int32_t NB, int M, ifl_dtype dt)
 {
@@ -486,6 +513,10 @@ static const ifl_cpu_kernels k_avx2 = {
     .kn_max_m = 4,
     .nk_panels = nk_panels_avx2,
     .nk_max_m = 3,
+    .nk_widen = nk_widen_avx2,
+    /* bf16 above 40 rows (perf.md: lm_head at 64 rows +13%; at 12-32 rows the copy costs more
+     * than the shifts it saves); f16 converts in one instruction and is not widened */
+    .nk_widen_above = {1 << 30, 1 << 30, 40},
     .bf16_group = 16,
     .unpermute_bf16 = unpermute16,
     .gemm = ifl_gemm_avx2,
