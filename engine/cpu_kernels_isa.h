@@ -72,14 +72,14 @@ typedef struct {
 } ifl_gemm_args;
 
 /* The product's blocking: 128 rows of W per pass, up to 96 rows of x per block. Scratch: x's block
- * packed, one strip of W packed, and the running sums of every strip of a thread's columns (up to
- * max_n of them), IFL_GEMM_SCRATCH_FLOATS(max_n) floats. */
+ * packed, two strips of W packed (the current one and the next), and the running sums of every
+ * strip of a thread's columns (up to max_n of them), IFL_GEMM_SCRATCH_FLOATS(max_n) floats. */
 #define IFL_GEMM_KC 128
 #define IFL_GEMM_MC 96
 /* Queries of one sequence and head that share a pass over each KV block (prefill). */
 #define IFL_ATTN_TILE 6
 #define IFL_GEMM_SCRATCH_FLOATS(max_n)                                                             \
-    ((size_t)IFL_GEMM_MC * IFL_GEMM_KC + IFL_GEMM_KC * 16 +                                        \
+    ((size_t)IFL_GEMM_MC * IFL_GEMM_KC + 2 * IFL_GEMM_KC * 16 +                                    \
      (size_t)IFL_GEMM_MC * (((size_t)(max_n) + 15) & ~(size_t)15) + 64)
 
 typedef struct ifl_cpu_kernels {

@@ -1,8 +1,10 @@
 /* kernels_avx2_gemm.c: the avx2 family's register-blocked product (more rows of x: batches,
  * prefill), 6 rows x 16 columns of y in twelve accumulators over a block of IFL_GEMM_KC rows of W
- * packed to f32 (8 KiB: it stays in L1 while every group of 6 rows of x passes over it). Compiled
- * with the avx2 family's flags (CMakeLists.txt); its sums come out exactly as the panel kernels'
- * of kernels_avx2.c (ifl_gemm_args). */
+ * packed to f32 (8 KiB: it stays in L1 while every group of 6 rows of x passes over it). The next
+ * strip of W is packed into a second buffer a slice at a time between the current strip's groups
+ * of rows, so its loads from memory overlap the multiply-adds. Compiled with the avx2 family's
+ * flags (CMakeLists.txt); its sums come out exactly as the panel kernels' of kernels_avx2.c
+ * (ifl_gemm_args). */
 #include "cpu_kernels_isa.h"
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -27,11 +29,11 @@ IFL_ALWAYS_INLINE void widen16(float *d, const char *p, ifl_dtype dt)
     }
 }
 
-/* bp (kc, 16) = W (K, N) rows [k0, k0 + kc), columns [n0, n0 + 16) as f32, zero past N. In both
- * layouts (row-major, KN8) the 16 columns of a row are contiguous (n0 is a multiple of 16); the
- * row addresses are stepped, not recomputed (ifl_mat_offset divides by the panel width). */
-IFL_ALWAYS_INLINE void pack_kn(float *bp, const ifl_mat *W, int32_t k0, int32_t kc, int32_t n0,
-                               const ifl_dtype dt)
+/* Rows [r0, r1) of bp (kc, 16) = W (K, N) rows [k0, k0 + kc), columns [n0, n0 + 16) as f32, zero
+ * past N. In both layouts (row-major, KN8) the 16 columns of a row are contiguous (n0 is a multiple
+ * of 16). */
+IFL_ALWAYS_INLINE void pack_kn(float *bp, const ifl_mat *W, int32_t k0, int32_t r0, int32_t r1,
+                               int32_t n0, const ifl_dtype dt)
 {
     const size_t es = dt == IFL_DTYPE_F32 ? 4 : 2;
     const int32_t cw = dt == IFL_DTYPE_F32 ? 16 : 32;
@@ -39,7 +41,7 @@ IFL_ALWAYS_INLINE void pack_kn(float *bp, const ifl_mat *W, int32_t k0, int32_t 
     const char *base = W->data;
     /* the address of row k's 16 columns */
     size_t nb = (size_t)(W->cols + cw - 1) / (size_t)cw;
-    for (int32_t k = 0; k < kc; k++) {
+    for (int32_t k = r0; k < r1; k++) {
         int32_t r = k0 + k;
         const char *src =
             W->layout == IFL_LAYOUT_KN8
@@ -60,14 +62,14 @@ IFL_ALWAYS_INLINE void pack_kn(float *bp, const ifl_mat *W, int32_t k0, int32_t 
     }
 }
 
-static void pack(float *bp, const ifl_mat *W, int32_t k0, int32_t kc, int32_t n0)
+static void pack(float *bp, const ifl_mat *W, int32_t k0, int32_t r0, int32_t r1, int32_t n0)
 {
     if (W->dtype == IFL_DTYPE_F32)
-        pack_kn(bp, W, k0, kc, n0, IFL_DTYPE_F32);
+        pack_kn(bp, W, k0, r0, r1, n0, IFL_DTYPE_F32);
     else if (W->dtype == IFL_DTYPE_F16)
-        pack_kn(bp, W, k0, kc, n0, IFL_DTYPE_F16);
+        pack_kn(bp, W, k0, r0, r1, n0, IFL_DTYPE_F16);
     else
-        pack_kn(bp, W, k0, kc, n0, IFL_DTYPE_BF16);
+        pack_kn(bp, W, k0, r0, r1, n0, IFL_DTYPE_BF16);
 }
 
 /* Where a tile's sums go: the tile buffer (the band goes on), or y: set (the first band, no
@@ -136,17 +138,28 @@ IFL_ALWAYS_INLINE void micro(const micro_job *j, int32_t m0, const int MR)
         mlo = _mm256_cmpgt_epi32(_mm256_set1_epi32(j->cols), idx);
         mhi = _mm256_cmpgt_epi32(_mm256_set1_epi32(j->cols - 8), idx);
     }
-    const int add = j->out == OUT_ADD;
+    const int add = j->out == OUT_ADD, full = j->cols == 16;
     float *y = j->y + (size_t)m0 * (size_t)j->N + j->n0;
+    /* masked loads and stores only for a strip cut by N: they are microcoded on some CPUs
+     * (AMD's: a full strip's stores took ~3% of the product) */
 #define STORE_Y(i)                                                                                 \
     if (MR > i) {                                                                                  \
         float *yr = y + (size_t)i * (size_t)j->N;                                                  \
-        if (add) {                                                                                 \
-            c##i##0 = _mm256_add_ps(_mm256_maskload_ps(yr, mlo), c##i##0);                         \
-            c##i##1 = _mm256_add_ps(_mm256_maskload_ps(yr + 8, mhi), c##i##1);                     \
+        if (full) {                                                                                \
+            if (add) {                                                                             \
+                c##i##0 = _mm256_add_ps(_mm256_loadu_ps(yr), c##i##0);                             \
+                c##i##1 = _mm256_add_ps(_mm256_loadu_ps(yr + 8), c##i##1);                         \
+            }                                                                                      \
+            _mm256_storeu_ps(yr, c##i##0);                                                         \
+            _mm256_storeu_ps(yr + 8, c##i##1);                                                     \
+        } else {                                                                                   \
+            if (add) {                                                                             \
+                c##i##0 = _mm256_add_ps(_mm256_maskload_ps(yr, mlo), c##i##0);                     \
+                c##i##1 = _mm256_add_ps(_mm256_maskload_ps(yr + 8, mhi), c##i##1);                 \
+            }                                                                                      \
+            _mm256_maskstore_ps(yr, mlo, c##i##0);                                                 \
+            _mm256_maskstore_ps(yr + 8, mhi, c##i##1);                                             \
         }                                                                                          \
-        _mm256_maskstore_ps(yr, mlo, c##i##0);                                                     \
-        _mm256_maskstore_ps(yr + 8, mhi, c##i##1);                                                 \
     }
     MICRO_ROWS(STORE_Y)
 #undef STORE_Y
@@ -197,13 +210,14 @@ static void pack_x(float *ap, const float *x, int32_t K, int32_t mb, int32_t me,
 }
 
 /* One row block [mb, me): per K band, per IFL_GEMM_KC rows of it: x's block packed once, then per
- * 16-column strip of the thread's columns: the strip of W packed (each weight once per row block)
- * and every 6 rows over it. Each strip's running sums stay in the tile buffer between the blocks
- * of a band. */
-static void gemm_rows(const ifl_gemm_args *g, float *ap, float *bp, float *tiles, int32_t mb,
+ * 16-column strip of the thread's columns: every 6 rows over the strip's packed W (each weight
+ * packed once per row block), the next strip packed into the other buffer a slice before each
+ * group of rows. Each strip's running sums stay in the tile buffer between the blocks of a band. */
+static void gemm_rows(const ifl_gemm_args *g, float *ap, float *bp2, float *tiles, int32_t mb,
                       int32_t me)
 {
-    micro_job j = {.y = g->y, .N = g->N, .ap = ap, .bp = bp, .mb = mb};
+    micro_job j = {.y = g->y, .N = g->N, .ap = ap, .mb = mb};
+    const int32_t groups = (me - mb + 5) / 6;
     for (int t = 0; t < g->n_bands; t++) {
         int32_t ks, ke;
         ifl_kernel_band(g->K, t, g->n_bands, &ks, &ke);
@@ -217,13 +231,24 @@ static void gemm_rows(const ifl_gemm_args *g, float *ap, float *bp, float *tiles
             j.from_tile = k0 > ks;
             j.out = k0 + j.kc < ke ? OUT_TILE : out;
             pack_x(ap, g->x, g->K, mb, me, k0, j.kc);
+            pack(bp2, g->W, k0, 0, j.kc, g->n0);
+            const int32_t slice = (j.kc + groups - 1) / groups;
             for (int32_t n0 = g->n0, s = 0; n0 < g->n1; n0 += 16, s++) {
                 j.n0 = n0;
                 j.cols = g->n1 - n0 < 16 ? g->n1 - n0 : 16;
                 j.tile = tiles + (size_t)s * IFL_GEMM_MC * 16;
-                pack(bp, g->W, k0, j.kc, n0);
-                for (int32_t m0 = mb; m0 < me; m0 += 6)
+                j.bp = bp2 + (size_t)(s & 1) * IFL_GEMM_KC * 16;
+                float *next = bp2 + (size_t)(~s & 1) * IFL_GEMM_KC * 16;
+                /* rows of the next strip packed: groups slices of slice rows cover kc */
+                int32_t packed = n0 + 16 < g->n1 ? 0 : j.kc;
+                for (int32_t m0 = mb; m0 < me; m0 += 6) {
+                    if (packed < j.kc) {
+                        int32_t end = packed + slice < j.kc ? packed + slice : j.kc;
+                        pack(next, g->W, k0, packed, end, n0 + 16);
+                        packed = end;
+                    }
                     micro_rows(&j, m0, me - m0 < 6 ? me - m0 : 6);
+                }
             }
         }
     }
@@ -231,13 +256,13 @@ static void gemm_rows(const ifl_gemm_args *g, float *ap, float *bp, float *tiles
 
 /* Per block of up to IFL_GEMM_MC rows of x: gemm_rows. A strip's packed W (IFL_GEMM_KC x 16
  * floats, 8 KiB) stays in L1 while the row block's packed x (IFL_GEMM_MC x IFL_GEMM_KC, 48 KiB,
- * in L2) passes over it. */
+ * in L2) passes over it; the next strip's buffer is the 8 KiB after it. */
 void ifl_gemm_avx2(const ifl_gemm_args *g)
 {
     float *ap = (float *)(((uintptr_t)g->scratch + 63) & ~(uintptr_t)63);
-    float *bp = ap + IFL_GEMM_MC * IFL_GEMM_KC;
-    float *tiles = bp + IFL_GEMM_KC * 16;
+    float *bp2 = ap + IFL_GEMM_MC * IFL_GEMM_KC;
+    float *tiles = bp2 + 2 * IFL_GEMM_KC * 16;
     for (int32_t mb = 0; mb < g->M; mb += IFL_GEMM_MC)
-        gemm_rows(g, ap, bp, tiles, mb, g->M - mb < IFL_GEMM_MC ? g->M : mb + IFL_GEMM_MC);
+        gemm_rows(g, ap, bp2, tiles, mb, g->M - mb < IFL_GEMM_MC ? g->M : mb + IFL_GEMM_MC);
 }
 #endif
