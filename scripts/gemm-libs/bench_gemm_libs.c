@@ -4,12 +4,13 @@
  * file: see bench_gemm_libs.h). Not part of the inflight build: scripts/bench-gemm-libs.sh builds
  * one binary per library, runs them and prints the comparison table.
  *
- * Each case: warm-up calls, then the best of --reps timed calls; GFLOP/s = 2MNK / time. The weights
- * rotate through enough copies to exceed --rotate-mb (default 1024 MiB, more than a big L3), so
- * every call reads B from memory as decode does; --rotate-mb 0 keeps one hot copy. Before timing,
- * each case is checked against a float64 reference at 64 sampled outputs (exit 1 on a mismatch).
+ * Each case: warm-up calls, then the best (and the mean) of --reps timed calls; GFLOP/s = 2MNK /
+ * best time. The weights rotate through enough copies to exceed --rotate-mb (default 1024 MiB,
+ * more than a big L3), so every call reads B from memory as decode does; --rotate-mb 0 keeps one
+ * hot copy. Before timing, each case is checked against a float64 reference at 64 sampled outputs
+ * (exit 1 on a mismatch).
  * Output: "# " lines describing the setup, then one tab-separated line per case,
- *   RESULT lib dtype shape M threads gflops best_ms weight_GB/s
+ *   RESULT lib dtype shape M threads gflops best_ms weight_GB/s mean_ms
  * (gflops "n/a", and a reason, when the library cannot run the case). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -92,18 +93,20 @@ static double now_s(void)
 }
 
 /* Best wall time of `reps` calls after `warmup` ones, rotating through the weight copies. */
-static double best_seconds(bench_call *c, int warmup, int reps)
+static double best_seconds(bench_call *c, int warmup, int reps, double *mean)
 {
     int n = c->w->n, k = 1 % n; /* copy 0 was just used by the check */
     for (int i = 0; i < warmup; i++, k = (k + 1) % n)
         lib_gemm(c, k);
-    double best = INFINITY;
+    double best = INFINITY, sum = 0;
     for (int i = 0; i < reps; i++, k = (k + 1) % n) {
         double t0 = now_s();
         lib_gemm(c, k);
         double t = now_s() - t0;
         best = t < best ? t : best;
+        sum += t;
     }
+    *mean = sum / reps;
     return best;
 }
 
@@ -145,10 +148,11 @@ static void one_case(const bench_opts *o, bench_call *c)
             c->y[i] = NAN;
         lib_gemm(c, 0);
         check_result(c);
-        double t = best_seconds(c, o->warmup, o->reps);
+        double mean;
+        double t = best_seconds(c, o->warmup, o->reps, &mean);
         double flops = 2.0 * c->M * (double)c->s->N * c->s->K;
-        printf("RESULT\t%s\t%s\t%s\t%d\t%d\t%.2f\t%.4f\t%.2f\n", LIB_NAME, dt, c->s->name, c->M,
-               c->nth, flops / t * 1e-9, t * 1e3, (double)c->w->bytes / t * 1e-9);
+        printf("RESULT\t%s\t%s\t%s\t%d\t%d\t%.2f\t%.4f\t%.2f\t%.4f\n", LIB_NAME, dt, c->s->name,
+               c->M, c->nth, flops / t * 1e-9, t * 1e3, (double)c->w->bytes / t * 1e-9, mean * 1e3);
     }
     fflush(stdout);
     lib_release(c);
