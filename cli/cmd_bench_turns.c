@@ -660,7 +660,8 @@ int cmd_bench_turns(int argc, char **argv)
                            .threads = o.threads,
                            .n_backends = 1,
                            .max_seqs = o.cfg.max_batch,
-                           .max_tokens = o.cfg.step_tokens};
+                           .max_tokens = o.cfg.step_tokens,
+                           .prefault = 1}; /* cache on, then off: on one warm pool */
     if (cli_runtime_open_model("bench", o.want, o.isa, &ro, &rt))
         return 1;
     if (check_model(&o.cfg, &rt)) {

@@ -41,6 +41,11 @@ typedef struct {
                                     built); 0: never (the kernel family's own); for comparisons */
     struct ifl_threadpool *pool; /* CPU: a pool to share with other backends (their steps then
                                     take turns region by region); NULL: a pool of its own */
+    int prefault;                /* CPU: 1: every page of the KV pool and the activations written
+                                    when the backend is made (benchmarks that compare runs on one
+                                    backend: the first would pay the page faults the later ones
+                                    do not); 0: faulted in by the steps that first reach them
+                                    (the server: memory taken as it is used) */
 } ifl_backend_params;
 
 typedef struct ifl_backend ifl_backend;

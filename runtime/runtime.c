@@ -118,7 +118,8 @@ int ifl_runtime_start_backends(ifl_runtime *rt, const ifl_runtime_opts *o, ifl_e
                                  .max_seqs = o->max_seqs,
                                  .kv_mem_mb = o->kv_mem_mb,
                                  .sgemm_above = o->sgemm_above,
-                                 .pool = rt->pool};
+                                 .pool = rt->pool,
+                                 .prefault = o->prefault};
         rt->be[i] = ifl_backend_new(rt->device, &rt->model, &bp, err);
         if (!rt->be[i])
             return -1;

@@ -54,6 +54,7 @@ typedef struct {
     int32_t kv_block_size; /* tokens per KV block */
     int32_t kv_mem_mb;     /* KV pool memory per backend; 0: the backend's default cap */
     int32_t sgemm_above;   /* CPU: OpenBLAS above this many rows (for comparisons) */
+    int prefault;          /* CPU: the KV pool's pages faulted in at start (backend.h) */
 } ifl_runtime_opts;
 
 typedef struct {
