@@ -1,7 +1,8 @@
 // app.js: the inflight page's client: the WebSocket session (docs/protocol.md) with reconnection,
-// the controls and their validation, the requests of the cards (conversation.js: one card per
-// conversation, its turns streaming in; Chat mode and continued cards send `messages` with the
-// card's `conversation` id), and the live batch views fed by `step` frames (batchview.js).
+// the composer (its sampling parameters' fields and their checks are params.js's), the requests
+// of the cards (conversation.js: one card per conversation, its turns streaming in; Chat mode and
+// continued cards send `messages` with the card's `conversation` id), and the live batch views
+// fed by `step` frames (batchview.js).
 //
 // Hooks for tests and curious users:
 //   each card: <li class="card" data-id="c1" data-state="new|queued|started|streaming|done|error"
@@ -110,9 +111,6 @@
     el.pause.textContent = paused ? 'Resume' : 'Pause';
     for (const p of POLICIES) views[p].setPaused(paused);
   });
-
-  const utf8 = new TextEncoder();
-  const byteLength = (s) => utf8.encode(s).length;
 
   // ---------------------------------------------------------------- banner and connection status
 
@@ -290,7 +288,7 @@
       : 'Your past requests, with their timings';
     renderModel(m.model || {});
     applyLimits(m);
-    updateBrief();
+    paramFields.updateBrief();
     const policies = Array.isArray(m.policies) ? m.policies : POLICIES;
     for (const input of document.querySelectorAll('input[name="model"]')) {
       input.disabled = !policies.includes(input.value);
@@ -484,129 +482,17 @@
     return Object.assign({}, FALLBACK.limits, (app.hello && app.hello.limits) || {});
   }
 
-  function setFieldError(input, msg) {
-    const err = document.getElementById(input.id + '-err');
-    if (err) err.textContent = msg || '';
-    if (msg) input.setAttribute('aria-invalid', 'true');
-    else input.removeAttribute('aria-invalid');
-    return !msg;
-  }
+  // The sampling parameters' fields (params.js): checked as they are edited, read for a request.
+  const paramFields = window.InflightParams.bind({
+    maxTokens: el.maxTokens, temperature: el.temperature, topK: el.topK, topP: el.topP,
+    seed: el.seed, stop: el.stop, ignoreEos: el.ignoreEos, formErr: el.formErr, form: el.form,
+    box: $('#params'), brief: $('#params-brief'),
+  }, limits, () => (app.hello && app.hello.model && app.hello.model.vocab_size) || FALLBACK.vocab);
+  const { setFieldError, byteLength } = window.InflightParams;
+  const readParams = paramFields.read;
 
-  // Each reader returns {value} (undefined: leave it to the server's default) or {error}.
-  function readInt(input, name, lo, hi) {
-    const s = input.value.trim();
-    if (input.validity && input.validity.badInput) return { error: `${name} must be a whole number.` };
-    if (s === '') return { value: undefined };
-    if (!/^\d+$/.test(s)) return { error: `${name} must be a whole number from ${lo} to ${hi}.` };
-    const v = Number(s);
-    if (!Number.isSafeInteger(v) || v < lo || v > hi) return { error: `${name} must be between ${lo} and ${hi}.` };
-    return { value: v };
-  }
-
-  function readNum(input, name, lo, hi, loOpen) {
-    const s = input.value.trim();
-    if (input.validity && input.validity.badInput) return { error: `${name} must be a number.` };
-    if (s === '') return { value: undefined };
-    if (!/^(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$/i.test(s)) return { error: `${name} must be a number from ${lo} to ${hi}.` };
-    const v = Number(s);
-    if (!(loOpen ? v > lo : v >= lo) || v > hi) {
-      return { error: loOpen ? `${name} must be more than ${lo} and at most ${hi}.` : `${name} must be between ${lo} and ${hi}.` };
-    }
-    return { value: v };
-  }
-
-  // Stop strings: split at newlines and commas; `\n`, `\t`, `\,` and `\\` are escapes; spaces
-  // around each one are trimmed (escaped characters are kept).
-  function parseStops(s) {
-    const out = [];
-    let cur = [];
-    const flush = () => {
-      let a = 0, b = cur.length;
-      while (a < b && !cur[a].esc && /\s/.test(cur[a].ch)) a++;
-      while (b > a && !cur[b - 1].esc && /\s/.test(cur[b - 1].ch)) b--;
-      const str = cur.slice(a, b).map((c) => c.ch).join('');
-      if (str) out.push(str);
-      cur = [];
-    };
-    for (let i = 0; i < s.length; i++) {
-      const ch = s[i];
-      if (ch === '\\' && i + 1 < s.length) {
-        const n = s[++i];
-        cur.push({ ch: n === 'n' ? '\n' : n === 't' ? '\t' : n, esc: true });
-      } else if (ch === ',' || ch === '\n') {
-        flush();
-      } else {
-        cur.push({ ch, esc: false });
-      }
-    }
-    flush();
-    return out;
-  }
-
-  function readStops() {
-    const lim = limits();
-    const list = parseStops(el.stop.value);
-    if (list.length > lim.max_stop) {
-      return { error: `At most ${lim.max_stop} stop strings (found ${list.length}).` };
-    }
-    for (const s of list) {
-      if (byteLength(s) > lim.max_stop_bytes) {
-        return { error: `Stop string “${s.length > 20 ? s.slice(0, 20) + '…' : s}” is longer than ${lim.max_stop_bytes} bytes.` };
-      }
-    }
-    return { value: list };
-  }
-
-  const fieldReaders = {
-    'max-tokens': () => readInt(el.maxTokens, 'Max tokens', 1, limits().max_tokens),
-    temperature: () => readNum(el.temperature, 'Temperature', 0, 2),
-    'top-k': () => readInt(el.topK, 'Top-k', 0, (app.hello && app.hello.model && app.hello.model.vocab_size) || FALLBACK.vocab),
-    'top-p': () => readNum(el.topP, 'Top-p', 0, 1, true),
-    seed: () => readInt(el.seed, 'Seed', 0, Number.MAX_SAFE_INTEGER),
-    stop: readStops,
-  };
-
-  function validateField(id) {
-    const r = fieldReaders[id]();
-    setFieldError(document.getElementById(id), r.error);
-    return r;
-  }
-
-  for (const id of Object.keys(fieldReaders)) {
-    const input = document.getElementById(id);
-    input.addEventListener('change', () => { input.dataset.touched = '1'; validateField(id); });
-    input.addEventListener('input', () => {
-      input.dataset.touched = '1';
-      if (input.getAttribute('aria-invalid') && !fieldReaders[id]().error) setFieldError(input, '');
-    });
-  }
   for (const r of document.querySelectorAll('input[name="model"]')) {
     r.addEventListener('change', () => { r.dataset.touched = '1'; });
-  }
-
-  // The parameters of a generate message, or null (with the messages shown) if one is invalid.
-  function readParams() {
-    const params = {};
-    let firstBad = null;
-    const names = { 'max-tokens': 'max_tokens', temperature: 'temperature', 'top-k': 'top_k', 'top-p': 'top_p', seed: 'seed', stop: 'stop' };
-    for (const id of Object.keys(fieldReaders)) {
-      const r = validateField(id);
-      if (r.error) {
-        if (!firstBad) firstBad = document.getElementById(id);
-      } else if (r.value !== undefined && !(Array.isArray(r.value) && r.value.length === 0)) {
-        params[names[id]] = r.value;
-      }
-    }
-    if (firstBad) {
-      el.formErr.textContent = 'Please fix the highlighted parameter.';
-      const details = $('#params');
-      if (details && !details.open) details.open = true;
-      firstBad.focus();
-      return null;
-    }
-    params.ignore_eos = el.ignoreEos.checked;
-    el.formErr.textContent = '';
-    return params;
   }
 
   function currentPolicy() {
@@ -706,25 +592,12 @@
 
   el.newChat.addEventListener('click', () => cards.newChat());
 
-  // The parameters in one line next to their (collapsible) heading.
-  const brief = $('#params-brief');
-  function updateBrief() {
-    const v = (input) => input.value.trim() || input.placeholder || '–';
-    const parts = [`${v(el.maxTokens)} tokens`, `T ${v(el.temperature)}`, `top-k ${v(el.topK)}`, `top-p ${v(el.topP)}`];
-    if (el.seed.value.trim()) parts.push(`seed ${el.seed.value.trim()}`);
-    const nStop = parseStops(el.stop.value).length;
-    if (nStop) parts.push(`${nStop} stop${nStop > 1 ? 's' : ''}`);
-    if (el.ignoreEos.checked) parts.push('ignore EOS');
-    brief.textContent = '· ' + parts.join(' · ');
-  }
-  el.form.addEventListener('input', updateBrief);
-  el.form.addEventListener('change', updateBrief);
   const paramsBox = $('#params');
   if (window.matchMedia('(max-width: 720px)').matches) paramsBox.open = false;
 
   // ---------------------------------------------------------------- start
 
   cards.restore();
-  updateBrief();
+  paramFields.updateBrief();
   connect();
 })();
