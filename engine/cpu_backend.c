@@ -250,10 +250,11 @@ typedef struct {
 static void task_touch(void *ctx, int ith, int nth)
 {
     const touch_ctx *t = ctx;
-    const size_t page = 4096;
-    size_t pages = (t->bytes + page - 1) / page, per = (pages + (size_t)nth - 1) / (size_t)nth;
-    for (size_t i = per * (size_t)ith; i < pages && i < per * (size_t)(ith + 1); i++)
-        ((volatile char *)t->p)[i * page] = 0;
+    const size_t page = 4096; /* the smallest page: one write in each reaches every page */
+    int32_t p0, p1;
+    ifl_kernel_split((int32_t)((t->bytes + page - 1) / page), ith, nth, 1, &p0, &p1);
+    for (int32_t i = p0; i < p1; i++)
+        ((volatile char *)t->p)[(size_t)i * page] = 0;
 }
 
 /* ---- the step -------------------------------------------------------------------------------- */

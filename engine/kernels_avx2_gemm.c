@@ -52,7 +52,7 @@ IFL_ALWAYS_INLINE void pack_kn(float *bp, const ifl_mat *W, int32_t k0, int32_t 
                 : base + ((size_t)r * (size_t)W->cols + (size_t)n0) * es;
         if (n0 + 16 < W->cols && W->layout == IFL_LAYOUT_KN8 && n0 % cw + 16 == cw)
             _mm_prefetch(src + 512 - (size_t)(cw - 16) * es, _MM_HINT_T0); /* the next panel's row:
-                                                                     the next strip packs it */
+                                                           packed while this strip is in use */
         if (cols == 16) {
             widen16(bp + (size_t)k * 16, src, dt);
             continue;

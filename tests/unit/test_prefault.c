@@ -36,6 +36,7 @@ static int one_backend(const ifl_model *m, int pf, float *out)
     ifl_backend_params bp = {.max_seqs = 1, .max_tokens = 16, .kv_blocks = POOL_BLOCKS,
                              .n_threads = 2, .prefault = pf};
     long long before = resident_bytes();
+    CHECKF(before >= 0, "/proc/self/statm is not readable");
     ifl_backend *be = ifl_cpu_backend_new(m, &bp, &err);
     if (!be) {
         fprintf(stderr, "%s\n", err.msg);
