@@ -132,6 +132,8 @@ static int collect(uint64_t id, int32_t *ids, int cap, char *text, size_t text_c
 {
     int n_tok = 0, n_done = 0, n_started = 0, bad_order = 0, seen_queued = 0;
     size_t tl = 0;
+    if (done) /* a request with no done event (a failure reported below) leaves it zeroed */
+        memset(done, 0, sizeof *done);
     pthread_mutex_lock(&log_lock);
     for (size_t i = 0; i < n_log; i++) {
         const ifl_event *e = &evlog[i].ev;
