@@ -6,15 +6,30 @@
  * Grid: one block per (head, query token) = (H, T); 128 threads. The block keeps the query (D
  * floats) and the row of scores (n_keys floats, dynamic shared memory sized by max_keys) in shared
  * memory. Scores: thread j takes keys j, j + 128, ...; each reads its key's D contiguous elements
- * (16-byte vector loads for 16-bit pools) from the key's block. Softmax: block max and sum. Values:
- * the 128 threads form 128 / D groups of D lanes; lane d of group g sums p_j v_j[d] over keys
- * j = g mod groups, so consecutive lanes read consecutive elements of a value row (coalesced), and
- * the groups' partial sums are added through shared memory. Rows with n_keys == 0 (batch padding)
+ * (16-byte vector loads for 16-bit pools) from the key's block. Softmax: block max and sum. Values
+ * (D even, up to 128): warp w sums p_j v_j over keys j = w mod 4, a lane two neighbouring elements
+ * of each row (a warp reads a row coalesced), four rows loaded before they are added (a loop of one
+ * dependent load per key left the 512-token prefill's attention at 263 us a layer on an H200);
+ * the warps' partial sums are added through shared memory. Rows with n_keys == 0 (batch padding)
  * write zeros. */
 #include "common.cuh"
 #include "kernels.h"
 
 #define ATT_THREADS 128
+#define ATT_WARPS (ATT_THREADS / 32)
+#define ATT_PAIRS 64 /* value rows of up to 128 elements take the fast path (GPT-2's are 64) */
+#define ATT_UNROLL 4 /* value rows in flight per warp */
+
+/* Elements i and i + 1 (i even) of a buffer of dtype t, in one 4-byte (16-bit types) or 8-byte
+ * (f32) load: the caller's offsets are multiples of the even head size D. */
+__device__ __forceinline__ float2 ld_pair(const void *p, ifl_dtype t, size_t i)
+{
+    if (t == IFL_DTYPE_BF16)
+        return __bfloat1622float2(((const __nv_bfloat162 *)p)[i / 2]);
+    if (t == IFL_DTYPE_F16)
+        return __half22float2(((const __half2 *)p)[i / 2]);
+    return ((const float2 *)p)[i / 2];
+}
 
 /* q . k over D elements, k in the pool's dtype. */
 __device__ __forceinline__ float dot_key(const float *q, const void *kv, ifl_dtype dt, size_t off,
@@ -59,7 +74,7 @@ __global__ void attention_kernel(void *out, ifl_dtype out_dt, const float *qkv, 
 {
     extern __shared__ float scores[]; /* (max_keys) */
     __shared__ float q[256];
-    __shared__ float part[ATT_THREADS];
+    __shared__ float part[ATT_WARPS * 2 * ATT_PAIRS];
     __shared__ float red[32];
     int32_t h = blockIdx.x, t = blockIdx.y;
     int32_t D = C / H;
@@ -98,23 +113,57 @@ __global__ void attention_kernel(void *out, ifl_dtype out_dt, const float *qkv, 
     sum = ifl_block_sum(sum, red); /* synchronises: every score is written */
     float inv = 1.0f / sum;
 
-    if (D <= ATT_THREADS) {
-        int32_t groups = ATT_THREADS / D;
-        int32_t g = threadIdx.x / D, d = threadIdx.x % D;
-        float acc = 0.0f;
-        if (g < groups)
-            for (int32_t j = g; j < n; j += groups) {
-                size_t blk = (size_t)table[j / BS];
-                size_t off = blk * per_block + v_base + (size_t)(j % BS) * D + d;
-                acc += scores[j] * ifl_ld(kv, kv_dt, off);
+    if ((D & 1) == 0 && D <= 2 * ATT_PAIRS) {
+        /* Warp w takes keys w, w + ATT_WARPS, ...; lane l the dimension pairs l and l + 32 of
+         * each (two neighbouring elements in one load), and a warp's ATT_UNROLL keys are loaded
+         * before any is added, so several rows are in flight per warp. The sums of each dimension
+         * are over the same keys in an order fixed by n alone. */
+        const int32_t w = threadIdx.x >> 5, lane = threadIdx.x & 31, pairs = D / 2;
+        float2 acc[ATT_PAIRS / 32];
+#pragma unroll
+        for (int i = 0; i < ATT_PAIRS / 32; i++)
+            acc[i] = make_float2(0.0f, 0.0f);
+        for (int32_t j0 = w; j0 < n; j0 += ATT_UNROLL * ATT_WARPS) {
+            float p[ATT_UNROLL];
+            float2 v[ATT_UNROLL][ATT_PAIRS / 32];
+#pragma unroll
+            for (int u = 0; u < ATT_UNROLL; u++) {
+                int32_t j = j0 + u * ATT_WARPS;
+                p[u] = 0.0f;
+                size_t off = 0;
+                if (j < n) {
+                    p[u] = scores[j];
+                    off = (size_t)table[j / BS] * per_block + v_base + (size_t)(j % BS) * D;
+                }
+#pragma unroll
+                for (int i = 0; i < ATT_PAIRS / 32; i++) {
+                    int32_t pr = lane + 32 * i;
+                    v[u][i] = j < n && pr < pairs ? ld_pair(kv, kv_dt, off + 2 * (size_t)pr)
+                                                  : make_float2(0.0f, 0.0f);
+                }
             }
-        part[threadIdx.x] = acc;
+#pragma unroll
+            for (int u = 0; u < ATT_UNROLL; u++)
+#pragma unroll
+                for (int i = 0; i < ATT_PAIRS / 32; i++) {
+                    acc[i].x += p[u] * v[u][i].x;
+                    acc[i].y += p[u] * v[u][i].y;
+                }
+        }
+#pragma unroll
+        for (int i = 0; i < ATT_PAIRS / 32; i++) {
+            int32_t pr = lane + 32 * i;
+            if (pr < pairs) {
+                part[w * 2 * ATT_PAIRS + 2 * pr] = acc[i].x;
+                part[w * 2 * ATT_PAIRS + 2 * pr + 1] = acc[i].y;
+            }
+        }
         __syncthreads();
-        if (threadIdx.x < D) {
+        for (int32_t d = threadIdx.x; d < D; d += blockDim.x) {
             float tot = 0.0f;
-            for (int32_t gg = 0; gg < groups; gg++)
-                tot += part[gg * D + threadIdx.x];
-            ifl_st(out, out_dt, out_off + threadIdx.x, tot * inv);
+            for (int32_t ww = 0; ww < ATT_WARPS; ww++)
+                tot += part[ww * 2 * ATT_PAIRS + d];
+            ifl_st(out, out_dt, out_off + d, tot * inv);
         }
     } else {
         for (int32_t d = threadIdx.x; d < D; d += blockDim.x) {

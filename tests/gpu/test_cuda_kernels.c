@@ -777,6 +777,9 @@ int main(void)
         }
     test_attention(IFL_DTYPE_BF16, 768, 12, 8, 0); /* another block size */
     test_attention(IFL_DTYPE_F16, 128, 4, 8, 1);
+    test_attention(IFL_DTYPE_F32, 768, 12, 16, 0); /* f32 pool: 8-byte value pairs */
+    test_attention(IFL_DTYPE_BF16, 320, 2, 16, 0); /* D = 160: past the paired value loop */
+    test_attention(IFL_DTYPE_F16, 36, 4, 8, 1);    /* D = 9: odd, the plain loops */
 
     CK(cudaStreamDestroy(stream));
     return test_finish("test_cuda_kernels");
