@@ -15,7 +15,7 @@
  *              tmp = ff Wmproj                      cuBLAS            (T, C) f32
  *              x += tmp + b; xn = LN1'(x)           layernorm.cu (the next layer's LN1)
  *   xf = LNf(x[last token of each run])             layernorm.cu      (S, C) w
- *   logits = xf wte^T                               cuBLAS            (S, V) f32
+ *   logits = xf wte^T                               cuBLAS            (S, V) f32, rows ldv apart
  * where w is the weights' dtype (bf16, or f16): the GEMMs read w and accumulate in f32 on the
  * tensor cores (cublasGemmEx, CUBLAS_COMPUTE_32F). Then either the logits are copied to the host
  * (step) or sample.cu draws each run's next token and only S ids come back (step_sample).
@@ -82,6 +82,11 @@ typedef struct {
     void *amem;
     size_t abytes;
     float *x, *qkv, *tmp, *logits;
+    /* V rounded up to 16: the rows of wte and lm_head on the device (the rows past V zero) and
+     * the logits' row stride. With V odd (50257) as the product's M and leading dimension,
+     * cuBLAS picked an old kernel for the lm_head product (sm75's cutlass 64x64: 155 us at batch
+     * 64 on an H200, against 5-7 us for each layer's products). Logits past V are 0, never read */
+    int32_t ldv;
     void *xn, *att, *ff, *xf;
     /* metadata and sampling I/O */
     meta_layout ml;
@@ -234,10 +239,11 @@ static int forward(cuda_backend *be, int32_t T, int32_t S, ifl_err *err)
     }
     KERNEL(ifl_cuda_add_layernorm(be->xf, be->wdt, be->x, NULL, NULL, be->lnf_w, be->lnf_b,
                                   d + ml->last_row, S, C, be->eps, st));
-    /* logits^T (V, S) = lm_head (V, C) xf^T (C, S): lm_head row-major is column-major (C, V) */
+    /* logits^T (ldv, S) = lm_head (ldv, C) xf^T (C, S): lm_head row-major is column-major (C, ldv)
+     */
     const float one = 1.0f, zero = 0.0f;
-    BLAS(cublasGemmEx(be->blas, CUBLAS_OP_T, CUBLAS_OP_N, be->V, S, C, &one, be->lm_head, be->wtype,
-                      C, be->xf, be->wtype, C, &zero, be->logits, CUDA_R_32F, be->V,
+    BLAS(cublasGemmEx(be->blas, CUBLAS_OP_T, CUBLAS_OP_N, be->ldv, S, C, &one, be->lm_head,
+                      be->wtype, C, be->xf, be->wtype, C, &zero, be->logits, CUDA_R_32F, be->ldv,
                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return 0;
 }
@@ -343,8 +349,9 @@ static int step_logits(cuda_backend *be, const ifl_batch *b, float *logits, ifl_
 {
     if (run_forward(be, b, err))
         return ifl_err_prefix(err, "cuda step");
-    CU(cudaMemcpyAsync(logits, be->logits, (size_t)b->n_seqs * be->V * sizeof(float),
-                       cudaMemcpyDeviceToHost, be->stream));
+    CU(cudaMemcpy2DAsync(logits, (size_t)be->V * sizeof(float), be->logits,
+                         (size_t)be->ldv * sizeof(float), (size_t)be->V * sizeof(float),
+                         (size_t)b->n_seqs, cudaMemcpyDeviceToHost, be->stream));
     CU(cudaStreamSynchronize(be->stream));
     return 0;
 }
@@ -366,8 +373,8 @@ static int step_tokens(cuda_backend *be, const ifl_batch *b, const ifl_sample_re
         return ifl_err_prefix(err, "cuda step");
     CU(cudaMemcpyAsync(be->d_sreq, be->h_sreq, (size_t)b->n_seqs * sizeof *be->h_sreq,
                        cudaMemcpyHostToDevice, be->stream));
-    KERNEL(ifl_cuda_sample(be->d_tok, be->logits, be->d_sreq, b->n_seqs, be->V, be->sample_scratch,
-                           be->stream));
+    KERNEL(ifl_cuda_sample(be->d_tok, be->logits, be->d_sreq, b->n_seqs, be->V, be->ldv,
+                           be->sample_scratch, be->stream));
     CU(cudaMemcpyAsync(be->h_tok, be->d_tok, (size_t)b->n_seqs * sizeof(int32_t),
                        cudaMemcpyDeviceToHost, be->stream));
     CU(cudaStreamSynchronize(be->stream));
@@ -467,6 +474,12 @@ static size_t mat_bytes(const ifl_mat *m, ifl_dtype t)
     return align256((size_t)m->rows * (size_t)m->cols * ifl_dtype_size(t));
 }
 
+/* Bytes of a (V, C) vocabulary matrix (wte, lm_head) on the device: ldv rows. */
+static size_t vocab_bytes(const cuda_backend *be, ifl_dtype t)
+{
+    return align256((size_t)be->ldv * (size_t)be->C * ifl_dtype_size(t));
+}
+
 /* Uploads matrix m (any dtype and layout) as row-major t at dst, through the staging buffer. */
 static int upload_mat(void *dst, const ifl_mat *m, ifl_dtype t, void *stage, ifl_err *err)
 {
@@ -488,8 +501,13 @@ static int upload_weights(cuda_backend *be, const ifl_model *m, ifl_err *err)
 {
     ifl_dtype t = be->wdt;
     int tied = m->lm_head.data == m->wte.data;
-    size_t bytes = mat_bytes(&m->wte, t) + mat_bytes(&m->wpe, t) +
-                   (tied ? 0 : mat_bytes(&m->lm_head, t)) + 2 * align256((size_t)be->C * 4);
+    if (m->wte.rows != be->V || m->wte.cols != be->C || m->lm_head.rows != be->V ||
+        m->lm_head.cols != be->C)
+        return ifl_err_set(
+            err, "wte is %d x %d and lm_head %d x %d, expected %d x %d (vocab x width)",
+            m->wte.rows, m->wte.cols, m->lm_head.rows, m->lm_head.cols, be->V, be->C);
+    size_t bytes = vocab_bytes(be, t) + mat_bytes(&m->wpe, t) + (tied ? 0 : vocab_bytes(be, t)) +
+                   2 * align256((size_t)be->C * 4);
     size_t largest = (size_t)m->wte.rows * (size_t)m->wte.cols;
     size_t wpe_n = (size_t)m->wpe.rows * (size_t)m->wpe.cols;
     largest = wpe_n > largest ? wpe_n : largest;
@@ -523,17 +541,31 @@ static int upload_weights(cuda_backend *be, const ifl_model *m, ifl_err *err)
         if (upload_mat((dst), (mat), t, stage, err))                                               \
             goto out;                                                                              \
     } while (0)
+#define PLACE_VOCAB(dst, mat) /* V rows, then ldv - V rows of zeros */                             \
+    do {                                                                                           \
+        (dst) = cur;                                                                               \
+        cur += vocab_bytes(be, t);                                                                 \
+        if (upload_mat((dst), (mat), t, stage, err))                                               \
+            goto out;                                                                              \
+        size_t row_ = (size_t)be->C * ifl_dtype_size(t);                                           \
+        cudaError_t e_ =                                                                           \
+            cudaMemset((char *)(dst) + (size_t)be->V * row_, 0, (size_t)(be->ldv - be->V) * row_); \
+        if (e_ != cudaSuccess) {                                                                   \
+            cuda_fail(err, e_, "cudaMemset (vocabulary padding)", __FILE__, __LINE__);             \
+            goto out;                                                                              \
+        }                                                                                          \
+    } while (0)
 #define PLACE_VEC(dst, src, n)                                                                     \
     do {                                                                                           \
         if (upload_vec(&(dst), &cur, (src), (n), err))                                             \
             goto out;                                                                              \
     } while (0)
-    PLACE_MAT(be->wte, &m->wte);
+    PLACE_VOCAB(be->wte, &m->wte);
     PLACE_MAT(be->wpe, &m->wpe);
     if (tied)
         be->lm_head = be->wte;
     else
-        PLACE_MAT(be->lm_head, &m->lm_head);
+        PLACE_VOCAB(be->lm_head, &m->lm_head);
     PLACE_VEC(be->lnf_w, m->lnf_w, be->C);
     PLACE_VEC(be->lnf_b, m->lnf_b, be->C);
     for (int32_t l = 0; l < be->L; l++) {
@@ -553,6 +585,7 @@ static int upload_weights(cuda_backend *be, const ifl_model *m, ifl_err *err)
         PLACE_VEC(d->fc_b, ly->fc_b, be->F);
     }
 #undef PLACE_MAT
+#undef PLACE_VOCAB
 #undef PLACE_VEC
     rc = 0;
 out:
@@ -568,7 +601,7 @@ static int alloc_run_state(cuda_backend *be, ifl_err *err)
     size_t sizes[] = {T * C * 4,               /* x */
                       T * 3 * C * 4,           /* qkv */
                       T * (F > C ? F : C) * 4, /* tmp */
-                      S * (size_t)be->V * 4,   /* logits */
+                      S * (size_t)be->ldv * 4, /* logits */
                       T * C * w,               /* xn */
                       T * C * w,               /* att */
                       T * F * w,               /* ff */
@@ -620,6 +653,7 @@ static int cuda_init(cuda_backend *be, const ifl_model *m, ifl_err *err)
     be->D = c->n_embd / c->n_head;
     be->F = ifl_config_n_inner(c);
     be->V = c->n_vocab;
+    be->ldv = (be->V + 15) / 16 * 16;
     be->P = c->n_ctx;
     be->BS = p->kv_block_size;
     be->max_T = p->max_tokens;

@@ -75,7 +75,8 @@ int ifl_cuda_attention(void *out, ifl_dtype out_dt, const float *qkv, const void
                        int32_t H, int32_t layer, int32_t L, int32_t BS, int32_t max_keys,
                        float scale, cudaStream_t stream);
 
-/* sample.cu: the next token of each of S rows of logits (S, V) f32, on the device.
+/* sample.cu: the next token of each of S rows of logits (S, V) f32, rows ld >= V floats apart,
+ * on the device.
  * Semantics match the CPU sampler (sampler.h): greedy when temperature <= 0 or top_k == 1 (argmax,
  * lowest id on ties, no draw); otherwise probabilities exp((l - max) / temperature), restricted to
  * the top_k best (ties: lower id first) when top_k > 0, then to the nucleus (the shortest
@@ -95,7 +96,7 @@ typedef struct {
 /* Bytes of device scratch ifl_cuda_sample needs for S rows of V. */
 size_t ifl_cuda_sample_scratch_bytes(int32_t S, int32_t V);
 int ifl_cuda_sample(int32_t *tokens, const float *logits, const ifl_cuda_sample_req *req, int32_t S,
-                    int32_t V, void *scratch, cudaStream_t stream);
+                    int32_t V, int32_t ld, void *scratch, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -207,7 +207,7 @@ __device__ Sel radix_select(const float *__restrict__ x, int32_t V, bool mass, u
 
 __global__ void __launch_bounds__(kBlock)
     sample_kernel(int32_t *__restrict__ tokens, const float *__restrict__ logits,
-                  const ifl_cuda_sample_req *__restrict__ reqs, int32_t V)
+                  const ifl_cuda_sample_req *__restrict__ reqs, int32_t V, int32_t ld)
 {
     __shared__ Shared sh;
     const int t = threadIdx.x, lane = t & 31, w = t >> 5;
@@ -218,7 +218,7 @@ __global__ void __launch_bounds__(kBlock)
             tokens[s] = -1;
         return;
     }
-    const float *__restrict__ x = logits + (size_t)s * (size_t)V;
+    const float *__restrict__ x = logits + (size_t)s * (size_t)ld;
 
     /* 1. argmax: the largest (key, ~id), i.e. the best key, lowest id on ties */
     u64 best = 0;
@@ -328,11 +328,13 @@ extern "C" size_t ifl_cuda_sample_scratch_bytes(int32_t S, int32_t V)
 }
 
 extern "C" int ifl_cuda_sample(int32_t *tokens, const float *logits, const ifl_cuda_sample_req *req,
-                               int32_t S, int32_t V, void *scratch, cudaStream_t stream)
+                               int32_t S, int32_t V, int32_t ld, void *scratch, cudaStream_t stream)
 {
     (void)scratch;
     if (S <= 0)
         return 0;
-    sample_kernel<<<S, kBlock, 0, stream>>>(tokens, logits, req, V);
+    if (ld < V)
+        return (int)cudaErrorInvalidValue;
+    sample_kernel<<<S, kBlock, 0, stream>>>(tokens, logits, req, V, ld);
     return (int)cudaGetLastError();
 }

@@ -42,15 +42,21 @@ static int32_t *d_tok;
 static void *d_scratch;
 
 /* Runs the kernel on S rows of V, out[S]; checks every active row got a token in [0, V) and every
- * inactive row -1. */
+ * inactive row -1. The rows lie LD_PAD floats further apart than V on the device (as the backend's
+ * lm_head leaves them), the gaps filled with 0x7f7f7f7f (3.4e38, which argmax would pick), so a
+ * kernel reading rows V apart, or past V, gives other tokens than the CPU sampler. */
+#define LD_PAD 7
 static void gpu_sample(const float *logits, const ifl_cuda_sample_req *req, int32_t S, int32_t V,
                        int32_t *out)
 {
-    CUDA_OK(cudaMemcpy(d_logits, logits, (size_t)S * (size_t)V * sizeof *logits,
-                       cudaMemcpyHostToDevice));
+    int32_t ld = V + LD_PAD;
+    CUDA_OK(cudaMemset(d_logits, 0x7f, (size_t)S * (size_t)ld * sizeof *logits));
+    CUDA_OK(cudaMemcpy2D(d_logits, (size_t)ld * sizeof *logits, logits, (size_t)V * sizeof *logits,
+                         (size_t)V * sizeof *logits, (size_t)S, cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(d_req, req, (size_t)S * sizeof *req, cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemset(d_tok, POISON_BYTE, (size_t)S * sizeof *d_tok));
-    int rc = ifl_cuda_sample(d_tok, d_logits, d_req, S, V, d_scratch, 0);
+    CHECK(ifl_cuda_sample(d_tok, d_logits, d_req, S, V, V - 1, d_scratch, 0) != 0); /* ld < V */
+    int rc = ifl_cuda_sample(d_tok, d_logits, d_req, S, V, ld, d_scratch, 0);
     CHECKF(rc == 0, "ifl_cuda_sample: %s", cudaGetErrorString((cudaError_t)rc));
     CUDA_OK(cudaGetLastError());
     CUDA_OK(cudaDeviceSynchronize());
@@ -462,7 +468,7 @@ int main(void)
     }
     size_t scratch = ifl_cuda_sample_scratch_bytes(MAX_S, MAX_V);
     printf("scratch for %d rows of %d: %zu bytes\n", MAX_S, MAX_V, scratch);
-    CUDA_OK(cudaMalloc((void **)&d_logits, (size_t)MAX_S * MAX_V * sizeof(float)));
+    CUDA_OK(cudaMalloc((void **)&d_logits, (size_t)MAX_S * (MAX_V + LD_PAD) * sizeof(float)));
     CUDA_OK(cudaMalloc((void **)&d_req, MAX_S * sizeof(ifl_cuda_sample_req)));
     CUDA_OK(cudaMalloc((void **)&d_tok, MAX_S * sizeof(int32_t)));
     if (scratch)
