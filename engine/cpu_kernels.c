@@ -199,8 +199,9 @@ static void matmul_kn(const ifl_matmul_args *a, int ith, int nth)
     chunk = chunk < 1 ? 1 : chunk;
     for (int32_t c0 = kb0; c0 < kb1; c0 += chunk) {
         int32_t c1 = c0 + chunk < kb1 ? c0 + chunk : kb1;
-        for (int32_t m0 = 0; m0 < a->M; m0 += k->kn_max_m) {
-            int M = a->M - m0 < k->kn_max_m ? (int)(a->M - m0) : k->kn_max_m;
+        int group = a->M <= k->kn_one_pass_m ? (int)a->M : k->kn_max_m;
+        for (int32_t m0 = 0; m0 < a->M; m0 += group) {
+            int M = a->M - m0 < group ? (int)(a->M - m0) : group;
             k->kn_panels(part + (size_t)m0 * ldp, ldp, a->x + (size_t)m0 * K, K, K, c0, c1,
                          W->data, NB, M, W->dtype);
         }
