@@ -197,13 +197,13 @@ static void matmul_kn(const ifl_matmul_args *a, int ith, int nth)
     size_t row_bytes = (size_t)ldp * 8 * ifl_dtype_size(W->dtype);
     int32_t chunk = (int32_t)(L2_CHUNK_BYTES / row_bytes);
     chunk = chunk < 1 ? 1 : chunk;
+    int group = a->M <= k->kn_one_pass_m ? (int)a->M : k->kn_max_m; /* rows of x per call */
     for (int32_t c0 = kb0; c0 < kb1; c0 += chunk) {
         int32_t c1 = c0 + chunk < kb1 ? c0 + chunk : kb1;
-        int group = a->M <= k->kn_one_pass_m ? (int)a->M : k->kn_max_m;
         for (int32_t m0 = 0; m0 < a->M; m0 += group) {
             int M = a->M - m0 < group ? (int)(a->M - m0) : group;
-            k->kn_panels(part + (size_t)m0 * ldp, ldp, a->x + (size_t)m0 * K, K, K, c0, c1,
-                         W->data, NB, M, W->dtype);
+            k->kn_panels(part + (size_t)m0 * ldp, ldp, a->x + (size_t)m0 * K, K, K, c0, c1, W->data,
+                         NB, M, W->dtype);
         }
     }
 }

@@ -179,13 +179,16 @@ IFL_ALWAYS_INLINE void nk4_panels(float *y, int32_t ldy, const float *xp, int32_
     }
 }
 
-/* The calls with M as a constant (and BY_DTYPE, the dtype), each combination its own loop nest. */
+/* The calls with M as a constant (and BY_DTYPE, the dtype), each combination its own loop nest:
+ * BY_M for M in 1..4 (the NK kernel), BY_M8 for 1..8 (the KN kernel). */
+#define M_CASES_1_3(CALL)                                                                          \
+    case 1: BY_DTYPE(CALL, 1); break;                                                              \
+    case 2: BY_DTYPE(CALL, 2); break;                                                              \
+    case 3: BY_DTYPE(CALL, 3); break
 #define BY_M(CALL)                                                                                 \
     do {                                                                                           \
         switch (M) {                                                                               \
-        case 1: BY_DTYPE(CALL, 1); break;                                                          \
-        case 2: BY_DTYPE(CALL, 2); break;                                                          \
-        case 3: BY_DTYPE(CALL, 3); break;                                                          \
+            M_CASES_1_3(CALL);                                                                     \
         default: BY_DTYPE(CALL, 4); break;                                                         \
         }                                                                                          \
     } while (0)
@@ -198,9 +201,7 @@ IFL_ALWAYS_INLINE void nk4_panels(float *y, int32_t ldy, const float *xp, int32_
 #define BY_M8(CALL)                                                                                \
     do {                                                                                           \
         switch (M) {                                                                               \
-        case 1: BY_DTYPE(CALL, 1); break;                                                          \
-        case 2: BY_DTYPE(CALL, 2); break;                                                          \
-        case 3: BY_DTYPE(CALL, 3); break;                                                          \
+            M_CASES_1_3(CALL);                                                                     \
         case 4: BY_DTYPE(CALL, 4); break;                                                          \
         case 5: BY_DTYPE(CALL, 5); break;                                                          \
         case 6: BY_DTYPE(CALL, 6); break;                                                          \
