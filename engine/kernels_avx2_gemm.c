@@ -39,26 +39,32 @@ IFL_ALWAYS_INLINE void pack_kn(float *bp, const ifl_mat *W, int32_t k0, int32_t 
     const int32_t cw = dt == IFL_DTYPE_F32 ? 16 : 32;
     const int32_t cols = W->cols - n0 < 16 ? W->cols - n0 : 16;
     const char *base = W->data;
-    /* the address of row k's 16 columns */
-    size_t nb = (size_t)(W->cols + cw - 1) / (size_t)cw;
-    for (int32_t k = r0; k < r1; k++) {
+    const size_t nb = (size_t)(W->cols + cw - 1) / (size_t)cw;
+    /* KN8: a panel's 8 rows are cw elements apart, so the address is worked out once per panel */
+    const size_t step = W->layout == IFL_LAYOUT_KN8 ? (size_t)cw * es : (size_t)W->cols * es;
+    const int pf = n0 + 16 < W->cols && W->layout == IFL_LAYOUT_KN8 && n0 % cw + 16 == cw;
+    for (int32_t k = r0; k < r1;) {
         int32_t r = k0 + k;
-        const char *src =
-            W->layout == IFL_LAYOUT_KN8
-                ? base + ((((size_t)(r / 8) * nb + (size_t)(n0 / cw)) * 8 + (size_t)(r % 8)) *
+        int32_t end = r1;
+        const char *src;
+        if (W->layout == IFL_LAYOUT_KN8) {
+            src = base + ((((size_t)(r / 8) * nb + (size_t)(n0 / cw)) * 8 + (size_t)(r % 8)) *
                               (size_t)cw +
                           (size_t)(n0 % cw)) *
-                             es
-                : base + ((size_t)r * (size_t)W->cols + (size_t)n0) * es;
-        if (n0 + 16 < W->cols && W->layout == IFL_LAYOUT_KN8 && n0 % cw + 16 == cw)
-            _mm_prefetch(src + 512 - (size_t)(cw - 16) * es, _MM_HINT_T0); /* the next panel's row:
-                                                           packed while this strip is in use */
-        if (cols == 16) {
-            widen16(bp + (size_t)k * 16, src, dt);
-            continue;
+                             es;
+            end = k + (8 - r % 8) < r1 ? k + (8 - r % 8) : r1;
+        } else
+            src = base + ((size_t)r * (size_t)W->cols + (size_t)n0) * es;
+        for (; k < end; k++, src += step) {
+            if (pf) /* the next panel's row: packed while this strip is in use */
+                _mm_prefetch(src + 512 - (size_t)(cw - 16) * es, _MM_HINT_T0);
+            if (cols == 16) {
+                widen16(bp + (size_t)k * 16, src, dt);
+                continue;
+            }
+            for (int32_t j = 0; j < 16; j++)
+                bp[(size_t)k * 16 + j] = j < cols ? ifl_load_f32(dt, src, (size_t)j) : 0.0f;
         }
-        for (int32_t j = 0; j < 16; j++)
-            bp[(size_t)k * 16 + j] = j < cols ? ifl_load_f32(dt, src, (size_t)j) : 0.0f;
     }
 }
 
@@ -232,6 +238,7 @@ static void gemm_rows(const ifl_gemm_args *g, float *ap, float *bp2, float *tile
             j.out = k0 + j.kc < ke ? OUT_TILE : out;
             pack_x(ap, g->x, g->K, mb, me, k0, j.kc);
             pack(bp2, g->W, k0, 0, j.kc, g->n0);
+            /* whole panels of 8 rows per slice */
             const int32_t slice = (j.kc + groups - 1) / groups;
             for (int32_t n0 = g->n0, s = 0; n0 < g->n1; n0 += 16, s++) {
                 j.n0 = n0;
