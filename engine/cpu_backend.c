@@ -217,7 +217,35 @@ static void attend_tile(cpu_backend *be, int32_t t0, int nq, int32_t h, float sc
     }
 }
 
-/* One (tile, head) pair per item, handed out dynamically: cost grows with the position. */
+/* Toward L2: the keys and values of the first ATTN_PREFETCH_BLOCKS blocks that item's tokens
+ * see, for the item a thread does next while it does this one. A decode step's items each read a
+ * few 4 KiB blocks scattered over the pool, too short for the hardware's prefetchers, and one
+ * core's demand loads alone kept attention at about 12 GB/s. Into L2, not L1 (locality 2):
+ * prefetched into L1 they evicted the current item's lines and made it slower. Measured (bench
+ * --engine --batches 64, bf16, 2 threads, alternated): attention 15.9-16.3 -> 13.8-14.4 ms a
+ * step at 128 steps, 6.1-6.2 -> 5.1-5.8 at 32. */
+enum { ATTN_PREFETCH_BLOCKS = 16 };
+static void prefetch_item(const cpu_backend *be, int32_t item)
+{
+    const ifl_batch *b = be->batch;
+    int32_t i = item / be->H, h = item % be->H, t0 = be->tile_tok[i];
+    int32_t seen = be->tok_pos[t0] + tile_len(be, b, i); /* positions its last token sees */
+    int32_t nblk = (seen + be->BS - 1) / be->BS;
+    nblk = nblk < ATTN_PREFETCH_BLOCKS ? nblk : ATTN_PREFETCH_BLOCKS;
+    const int32_t *table = b->block_tables[be->tok_seq[t0]];
+    size_t bytes = (size_t)be->D * (size_t)be->BS * sizeof(float);
+    for (int32_t j = 0; j < nblk; j++) {
+        const char *kb = (const char *)kv_k(be, table[j], be->layer, h);
+        const char *vb = (const char *)kv_v(be, table[j], be->layer, h);
+        for (size_t off = 0; off < bytes; off += 64) {
+            __builtin_prefetch(kb + off, 0, 2);
+            __builtin_prefetch(vb + off, 0, 2);
+        }
+    }
+}
+
+/* One (tile, head) pair per item, handed out dynamically (cost grows with the position), each
+ * thread claiming its next item before it starts on the current one (prefetch_item). */
 static void task_attention(void *ctx, int ith, int nth)
 {
     (void)nth;
@@ -228,12 +256,14 @@ static void task_attention(void *ctx, int ith, int nth)
         scale /= (float)(be->layer + 1);
     float *sc = be->scores + (size_t)ith * IFL_ATTN_TILE * ((size_t)be->P + (size_t)be->BS);
     int32_t H = be->H, n_items = be->n_tiles * H;
-    for (;;) {
-        int32_t item = atomic_fetch_add_explicit(&be->next_item, 1, memory_order_relaxed);
-        if (item >= n_items)
-            break;
+    int32_t item = atomic_fetch_add_explicit(&be->next_item, 1, memory_order_relaxed);
+    while (item < n_items) {
+        int32_t next = atomic_fetch_add_explicit(&be->next_item, 1, memory_order_relaxed);
+        if (next < n_items)
+            prefetch_item(be, next);
         int32_t i = item / H;
         attend_tile(be, be->tile_tok[i], (int)tile_len(be, be->batch, i), item % H, scale, sc);
+        item = next;
     }
 }
 
