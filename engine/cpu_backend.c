@@ -180,6 +180,13 @@ static int32_t tile_len(const cpu_backend *be, const ifl_batch *b, int32_t i)
     return end - t0 < IFL_ATTN_TILE ? end - t0 : IFL_ATTN_TILE;
 }
 
+/* KV blocks the nq tokens t0.. (one sequence, consecutive positions) see: those holding every
+ * position up to the last token's. */
+static inline int32_t tile_blocks(const cpu_backend *be, int32_t t0, int nq)
+{
+    return (be->tok_pos[t0] + nq + be->BS - 1) / be->BS;
+}
+
 /* Causal attention of the nq tokens t0.. (one sequence, consecutive positions) for head h: the
  * scores of every block any of them sees, for all of them at once (a token's scores past its own
  * position are computed and never used), then per token its softmax, then the values: the slots
@@ -190,8 +197,8 @@ static void attend_tile(cpu_backend *be, int32_t t0, int nq, int32_t h, float sc
     int32_t C = be->C, D = be->D, BS = be->BS, ld = be->P + BS;
     const int32_t *table = b->block_tables[be->tok_seq[t0]];
     const float *q = be->qkv + (size_t)t0 * 3 * C + (size_t)h * D;
-    int32_t n0 = be->tok_pos[t0] + 1, nlast = n0 + nq - 1; /* positions seen by the first, last */
-    int32_t nblk = (nlast + BS - 1) / BS;
+    int32_t n0 = be->tok_pos[t0] + 1; /* positions the first token sees */
+    int32_t nblk = tile_blocks(be, t0, nq);
     for (int32_t j = 0; j < nblk; j++)
         be->k->attn_scores(sc + (size_t)j * BS, ld, q, 3 * C, nq, kv_k(be, table[j], be->layer, h),
                            D, BS);
@@ -229,8 +236,7 @@ static void prefetch_item(const cpu_backend *be, int32_t item)
 {
     const ifl_batch *b = be->batch;
     int32_t i = item / be->H, h = item % be->H, t0 = be->tile_tok[i];
-    int32_t seen = be->tok_pos[t0] + tile_len(be, b, i); /* positions its last token sees */
-    int32_t nblk = (seen + be->BS - 1) / be->BS;
+    int32_t nblk = tile_blocks(be, t0, (int)tile_len(be, b, i));
     nblk = nblk < ATTN_PREFETCH_BLOCKS ? nblk : ATTN_PREFETCH_BLOCKS;
     const int32_t *table = b->block_tables[be->tok_seq[t0]];
     size_t bytes = (size_t)be->D * (size_t)be->BS * sizeof(float);
