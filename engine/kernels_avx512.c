@@ -195,7 +195,7 @@ IFL_ALWAYS_INLINE void nk4_panels(float *y, int32_t ldy, const float *xp, int32_
 
 /* Up to 8 rows of x per pass over W (16 accumulators, the weights' two rows and a broadcast fit the
  * 32 registers) for products of at most 8 rows: batch 8 then streams W once instead of twice (from
- * memory, then from L2 for rows 4-7), 312-318 -> 382-387 tok/s f32 on a Zen 4. Larger products
+ * memory, then from L2 for rows 4-7), 322-328 -> 383-391 tok/s f32 on a Zen 4. Larger products
  * keep groups of 4: there 8 rows made the 512-token prefill slower (0.53-0.55 -> 0.62-0.64 s f32),
  * the accumulators of 8 rows (M x N floats loaded and stored per 8 k) no longer near L1. */
 #define BY_M8(CALL)                                                                                \
