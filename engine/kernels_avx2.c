@@ -13,10 +13,16 @@
 #include <immintrin.h>
 
 #define PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
-/* How far ahead the streaming kernels prefetch W, by the weights' size: 16-bit weights carry
- * twice the weights per byte, and with 2048 bytes they fell behind when the host's memory ran at
- * ~60 GB/s (bf16 batch 1: 5.2-5.5 -> 4.8-5.3 ms with 4096, alternated; f32 no better with 4096). */
+/* How far ahead the streaming kernels prefetch W for more than one row of x, by the weights' size:
+ * 16-bit weights carry twice the weights per byte, and with 2048 bytes they fell behind when the
+ * host's memory ran at ~60 GB/s (bf16 batch 1: 5.2-5.5 -> 4.8-5.3 ms with 4096, alternated; f32
+ * no better with 4096). For one row they prefetch nothing: the hardware's stream prefetchers keep
+ * up with those sequential reads by themselves, and the software prefetches cost bandwidth where
+ * memory reads ~60 GB/s (one-row kn8 products of GPT-2's shapes, bf16: 50-55 GB/s with them,
+ * 59-64 without; batch 1 bf16 4.89 -> 4.73 ms, f32 8.98 -> 8.32 ms, alternated; level where memory
+ * reads ~40). With two to four rows, dropping them was slower (batch 4 bf16 10.1 -> 12.0 ms). */
 #define PF_BYTES(dt) ((dt) == IFL_DTYPE_F32 ? 2048 : 4096)
+#define PF_ROWS(M) ((M) > 1)
 
 /* ---- exp, GELU ------------------------------------------------------------------------------- */
 
@@ -120,8 +126,9 @@ IFL_ALWAYS_INLINE void kn8_panels(float *acc, int32_t lda, const float *x, int32
         const char *panel = (const char *)W + (size_t)kb * NB * 512;
         for (int32_t jb = 0; jb < NB; jb++) {
             const char *blk = panel + (size_t)jb * 512;
-            for (int l = 0; l < 8; l++)
-                PREFETCH(blk + PF_BYTES(dt) + 64 * l);
+            if (PF_ROWS(M))
+                for (int l = 0; l < 8; l++)
+                    PREFETCH(blk + PF_BYTES(dt) + 64 * l);
             if (M <= 2 && units == 2) { /* both units at once: twice the independent chains */
                 float *ap = acc + (size_t)jb * cw;
                 __m256 a[2][4];
@@ -194,8 +201,9 @@ IFL_ALWAYS_INLINE void nk4_panels(float *y, int32_t ldy, const float *xp, int32_
                 acc[m][r] = _mm256_setzero_ps();
         for (int32_t kb = 0; kb < KB; kb++) {
             const char *blk = prow + (size_t)kb * 256;
-            for (int l = 0; l < 4; l++)
-                PREFETCH(blk + PF_BYTES(dt) + 64 * l);
+            if (PF_ROWS(M))
+                for (int l = 0; l < 4; l++)
+                    PREFETCH(blk + PF_BYTES(dt) + 64 * l);
             for (int u = 0; u < units; u++) {
                 for (int hf = 0; hf < 2; hf++) {
                     __m256 xv[3];
