@@ -71,8 +71,8 @@ int32_t ifl_matmul_default_gemv_rows(const struct ifl_cpu_kernels *k, ifl_dtype 
 
 /* Streaming read bandwidth of this machine right now, in GB/s: the best of `reps` passes over a
  * fresh `bytes`-sized buffer split across the pool's threads (the access pattern of the decode
- * kernels: sequential, with software prefetch). For judging decode figures against the memory
- * floor; returns 0 if the buffer cannot be allocated. */
+ * kernels: sequential reads). For judging decode figures against the memory floor; returns 0 if
+ * the buffer cannot be allocated. */
 struct ifl_threadpool;
 double ifl_memory_read_gbs(struct ifl_threadpool *tp, size_t bytes, int reps);
 /* Peak multiply-add rate of family k on the pool's threads, in GFLOP/s (2 per lane per FMA): the
