@@ -95,7 +95,6 @@ enum {
     CONV_FLOATS = 1024 * 1024,   /* 4 MiB of f32: an unpacked weight block for sgemm (OpenBLAS packs
                                     it again; large blocks keep its calls efficient) */
     L2_CHUNK_BYTES = 256 * 1024, /* weights swept by every group of rows of x while in L2 */
-    L1_CHUNK_BYTES = 24 * 1024,  /* the same in L1, for dot products over many rows */
 };
 
 static inline int32_t pad32(int32_t n)
@@ -251,14 +250,15 @@ static void matmul_nk(const ifl_matmul_args *a, int ith, int nth)
     int32_t n0 = g0 * 4, n1 = g1 * 4 < N ? g1 * 4 : N;
     float *xp = thread_xpad(a, ith);
     pad_x(xp, a->x, (int)a->M, K, K, KB * cw, W->dtype == IFL_DTYPE_BF16 ? k->bf16_group : 0);
-    /* few rows: L2-sized chunks (W streams from memory once); more: L1-sized, each group of rows
-     * of x passing over panels in L1 (the per-element order is the same either way), widened
-     * once to f32 where the family does that for this dtype (the copy's chunk fits L1) */
+    /* L2-sized chunks of panels, widened once to f32 where the family does that for this dtype
+     * (the copy is the L2-sized chunk): each group of rows of x (in L1) sweeps the chunk in L2,
+     * so W comes from memory once and every row's sums keep one order. L1-sized chunks, each
+     * group of rows streaming the whole of x past them from L2, were slower at every row count
+     * from 5 to 64 (docs/perf.md, 2026-12-05) */
     int widen = W->dtype != IFL_DTYPE_F32 && k->nk_widen && a->M > k->nk_widen_above[W->dtype];
-    size_t chunk_bytes = a->M > 4 ? L1_CHUNK_BYTES : L2_CHUNK_BYTES;
-    int32_t chunk = (int32_t)(chunk_bytes / ((size_t)KB * 256 * (widen ? 2 : 1)));
+    int32_t chunk = (int32_t)(L2_CHUNK_BYTES / ((size_t)KB * 256 * (widen ? 2 : 1)));
     chunk = chunk < 1 ? 1 : chunk;
-    float *wide = thread_conv(a, ith); /* >= pad32(max_k) * 32 floats: L1_CHUNK_BYTES or a panel */
+    float *wide = thread_conv(a, ith); /* >= CONV_FLOATS (4 MiB): the widened chunk */
     for (int32_t c0 = g0; c0 < g1; c0 += chunk) {
         int32_t c1 = c0 + chunk < g1 ? c0 + chunk : g1;
         if (widen)

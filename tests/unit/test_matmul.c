@@ -263,8 +263,11 @@ int main(void)
                 inv += batch_invariance(tp, &rng, (ifl_dtype)dt, nk, 120, 360, 0, 110);
                 inv += batch_invariance(tp, &rng, (ifl_dtype)dt, nk, 37, 53, 1, 12);
                 inv += batch_invariance(tp, &rng, (ifl_dtype)dt, nk, 600, 40, 1, 12);
+                /* the lm_head's dot products over several L2-sized chunks per thread */
+                if (nk)
+                    inv += batch_invariance(tp, &rng, (ifl_dtype)dt, nk, 96, 4200, 0, 48);
             }
-        printf("batch invariance, %d threads: %d of 18 shapes with every row bit-identical to the "
+        printf("batch invariance, %d threads: %d of 21 shapes with every row bit-identical to the "
                "row alone (1..110 rows)\n", nth, inv);
         ifl_threadpool_free(tp);
     }
