@@ -56,8 +56,8 @@ IFL_ALWAYS_INLINE void pack_kn(float *bp, const ifl_mat *W, int32_t k0, int32_t 
         } else
             src = base + ((size_t)r * (size_t)W->cols + (size_t)n0) * es;
         for (; k < end; k++, src += step) {
-            if (pf) /* the next panel's row: packed while this strip is in use */
-                _mm_prefetch(src + 512 - (size_t)(cw - 16) * es, _MM_HINT_T0);
+            if (pf) /* the next panel's row, toward L2: packed while this strip is in use */
+                _mm_prefetch(src + 512 - (size_t)(cw - 16) * es, _MM_HINT_T1);
             if (cols == 16) {
                 widen16(bp + (size_t)k * 16, src, dt);
                 continue;
