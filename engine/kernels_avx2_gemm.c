@@ -196,22 +196,52 @@ static void zero_band(const ifl_gemm_args *g, int32_t mb, int32_t me, int32_t c0
         }
 }
 
+/* Eight columns of six rows (r[0..5]) as six values per column, stored at p, p + 6, ..., p + 42:
+ * an 8 x 8 transpose with two zero rows. Each 8-float store's last two are overwritten by the
+ * next one's first; the last column stores only its six. */
+IFL_ALWAYS_INLINE void transpose6x8(float *p, const __m256 *r)
+{
+    const __m256 z = _mm256_setzero_ps();
+    __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
+    __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
+    __m256 s4 = _mm256_shuffle_ps(t4, z, 0x44), s5 = _mm256_shuffle_ps(t4, z, 0xee);
+    __m256 s6 = _mm256_shuffle_ps(t5, z, 0x44), s7 = _mm256_shuffle_ps(t5, z, 0xee);
+    _mm256_storeu_ps(p, _mm256_permute2f128_ps(s0, s4, 0x20));
+    _mm256_storeu_ps(p + 6, _mm256_permute2f128_ps(s1, s5, 0x20));
+    _mm256_storeu_ps(p + 12, _mm256_permute2f128_ps(s2, s6, 0x20));
+    _mm256_storeu_ps(p + 18, _mm256_permute2f128_ps(s3, s7, 0x20));
+    _mm256_storeu_ps(p + 24, _mm256_permute2f128_ps(s0, s4, 0x31));
+    _mm256_storeu_ps(p + 30, _mm256_permute2f128_ps(s1, s5, 0x31));
+    _mm256_storeu_ps(p + 36, _mm256_permute2f128_ps(s2, s6, 0x31));
+    __m256 last = _mm256_permute2f128_ps(s3, s7, 0x31);
+    _mm_storeu_ps(p + 42, _mm256_castps256_ps128(last));
+    _mm_storel_pi((__m64 *)(p + 46), _mm256_extractf128_ps(last, 1));
+}
+
 /* ap = x's rows [mb, me), columns [k0, k0 + kc) as panels of 6 rows, each kc x 6 (k-major:
- * the 6 values one step of the micro kernel broadcasts are adjacent); rows past me are zero. */
+ * the 6 values one step of the micro kernel broadcasts are adjacent); rows past me are zero.
+ * Eight columns at a time through a register transpose, the last kc % 8 one by one. */
 static void pack_x(float *ap, const float *x, int32_t K, int32_t mb, int32_t me, int32_t k0,
                    int32_t kc)
 {
+    const int32_t kc8 = kc & ~7;
     for (int32_t m0 = mb; m0 < me; m0 += 6) {
         float *p = ap + (size_t)(m0 - mb) * (size_t)kc;
-        for (int i = 0; i < 6; i++) {
-            const float *xr = x + (size_t)(m0 + i) * K + k0;
-            if (m0 + i < me)
-                for (int32_t k = 0; k < kc; k++)
-                    p[(size_t)k * 6 + i] = xr[k];
-            else
-                for (int32_t k = 0; k < kc; k++)
-                    p[(size_t)k * 6 + i] = 0.0f;
+        const float *xr[6];
+        for (int i = 0; i < 6; i++)
+            xr[i] = m0 + i < me ? x + (size_t)(m0 + i) * K + k0 : NULL;
+        for (int32_t k = 0; k < kc8; k += 8) {
+            __m256 r[6];
+            for (int i = 0; i < 6; i++)
+                r[i] = xr[i] ? _mm256_loadu_ps(xr[i] + k) : _mm256_setzero_ps();
+            transpose6x8(p + (size_t)k * 6, r);
         }
+        for (int32_t k = kc8; k < kc; k++)
+            for (int i = 0; i < 6; i++)
+                p[(size_t)k * 6 + i] = xr[i] ? xr[i][k] : 0.0f;
     }
 }
 
