@@ -93,6 +93,10 @@ int ifl_backend_step_sample(ifl_backend *be, const ifl_batch *b, const ifl_sampl
         return be->ops->step_sample(be, b, req, tokens, err);
     if (ifl_backend_step(be, b, logits, err))
         return -1;
+    if (be->ops->sample) {
+        be->ops->sample(be, logits, b->n_seqs, req, tokens);
+        return 0;
+    }
     int32_t V = be->model->cfg.n_vocab;
     for (int32_t s = 0; s < b->n_seqs; s++)
         tokens[s] = req[s].active ? ifl_sample_u(sampler, logits + (size_t)s * V, &req[s].sampling,

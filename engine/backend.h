@@ -69,6 +69,12 @@ typedef struct {
      * only S token ids cross back instead of S x V logits. tokens[s] is -1 for inactive runs. */
     int (*step_sample)(ifl_backend *be, const ifl_batch *batch, const ifl_sample_req *req,
                        int32_t *tokens, ifl_err *err);
+    /* Optional: tokens[s] for every active run s drawn from host logits (S, V), exactly as
+     * ifl_sample_u draws them one by one, but spread over the backend's threads (each draw
+     * depends only on its row, its settings and its uniform). NULL: ifl_backend_step_sample draws
+     * them on the calling thread. */
+    void (*sample)(ifl_backend *be, const float *logits, int32_t n_seqs,
+                   const ifl_sample_req *req, int32_t *tokens);
     /* Optional: a one-line description of the device and its settings. NULL: name only. */
     void (*describe)(const ifl_backend *be, char *buf, int cap);
 } ifl_backend_ops;

@@ -30,6 +30,8 @@
 #include "cpu_kernels.h"
 #include "cpu_kernels_isa.h"
 #include "defaults.h"
+#include "philox.h"
+#include "sampler.h"
 #include "threadpool.h"
 #include "util.h"
 
@@ -81,6 +83,13 @@ typedef struct {
     const int32_t *ln_rows; /* row indices into ln_in, or NULL for 0..n_rows-1 */
     ifl_matmul_args mm;
     atomic_int next_item;
+    /* cpu_sample: one sampler (scratch of n_vocab candidates) per share of the pool */
+    ifl_sampler *samplers;
+    int n_samplers;
+    const float *s_logits;
+    const ifl_sample_req *s_req;
+    int32_t *s_tokens;
+    int32_t s_n;
     /* IFL_PROFILE=1 in the environment: seconds per phase, printed when the backend is freed */
     int profile;
     double prof[PH_COUNT];
@@ -398,11 +407,44 @@ static int cpu_step(ifl_backend *base, const ifl_batch *b, float *logits, ifl_er
     return 0;
 }
 
+static void task_sample(void *ctx, int ith, int nth)
+{
+    cpu_backend *be = ctx;
+    size_t V = (size_t)be->base.model->cfg.n_vocab;
+    for (int32_t s = ith; s < be->s_n; s += nth) {
+        const ifl_sample_req *r = &be->s_req[s];
+        be->s_tokens[s] = r->active ? ifl_sample_u(&be->samplers[ith], be->s_logits + s * V,
+                                                   &r->sampling,
+                                                   ifl_philox_uniform(r->seed, r->draw))
+                                    : -1;
+    }
+}
+
+/* Every run's draw on the pool's threads (ifl_backend_ops.sample). With 64 runs a greedy draw
+ * over logits just written to memory took ~1% of a step on one thread, and a top-k/top-p draw
+ * takes 85-250 us (bench --engine's sampler line), several ms a step. */
+static void cpu_sample(ifl_backend *base, const float *logits, int32_t n_seqs,
+                       const ifl_sample_req *req, int32_t *tokens)
+{
+    cpu_backend *be = (cpu_backend *)base;
+    be->s_logits = logits;
+    be->s_req = req;
+    be->s_tokens = tokens;
+    be->s_n = n_seqs;
+    if (n_seqs <= 1)
+        task_sample(be, 0, 1);
+    else
+        ifl_threadpool_run(be->tp, task_sample, be);
+}
+
 static void cpu_free(ifl_backend *base)
 {
     cpu_backend *be = (cpu_backend *)base;
     if (!be)
         return;
+    for (int i = 0; i < be->n_samplers; i++)
+        ifl_sampler_free(&be->samplers[i]);
+    free(be->samplers);
     if (be->profile && be->prof_steps) {
         double total = 0;
         for (int i = 0; i < PH_COUNT; i++)
@@ -513,6 +555,7 @@ static const ifl_backend_ops cpu_ops = {
     .name = "cpu",
     .free = cpu_free,
     .step = cpu_step,
+    .sample = cpu_sample,
     .describe = cpu_describe,
 };
 
@@ -619,6 +662,16 @@ ifl_backend *ifl_cpu_backend_new(const ifl_model *m, const ifl_backend_params *p
         ifl_err_set(err, "cannot start %d threads", be->nth);
         goto fail;
     }
+    int n_samplers = ifl_threadpool_size(be->tp);
+    be->samplers = calloc((size_t)n_samplers, sizeof *be->samplers);
+    if (!be->samplers) {
+        ifl_err_set(err, "out of memory for %d samplers", n_samplers);
+        goto fail;
+    }
+    be->n_samplers = n_samplers;
+    for (int i = 0; i < be->n_samplers; i++)
+        if (ifl_sampler_init(&be->samplers[i], m->cfg.n_vocab, err))
+            goto fail;
     if (p->prefault) {
         touch_ctx kv_touch = {(char *)be->kv, be->kv_bytes};
         touch_ctx arena_touch = {be->arena, be->arena_bytes};
