@@ -183,6 +183,23 @@ IFL_ALWAYS_INLINE float hsum8(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
+/* hsum8 of a, b, c and d: the same three adds per register (halves, then lanes 0 + 2 and
+ * 1 + 3, then those two), four registers at a time. */
+IFL_ALWAYS_INLINE __m128 hsum8x4(__m256 a, __m256 b, __m256 c, __m256 d)
+{
+    __m256 ab =
+        _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+    __m256 cd =
+        _mm256_add_ps(_mm256_permute2f128_ps(c, d, 0x20), _mm256_permute2f128_ps(c, d, 0x31));
+    /* per 128-bit lane: [s0 + s2, s1 + s3] of a (b), then of c (d) */
+    __m256 w = _mm256_add_ps(_mm256_shuffle_ps(ab, cd, _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm256_shuffle_ps(ab, cd, _MM_SHUFFLE(3, 2, 3, 2)));
+    /* low lane [a, c, a, c], high lane [b, d, b, d] */
+    __m256 f = _mm256_add_ps(_mm256_shuffle_ps(w, w, _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm256_shuffle_ps(w, w, _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm_unpacklo_ps(_mm256_castps256_ps128(f), _mm256_extractf128_ps(f, 1));
+}
+
 /* y[m][n - g0 * 4] = x[m] . W[n] over 4-row panels g0..g1; up to three rows of x. Per 8 columns
  * of a block: x's 8 for every row, then each of the panel's 4 rows of W once for all of them (3 x
  * 4 accumulators, 3 of x, 1 of W: the sixteen registers; twelve multiply-adds per seven loads). A
@@ -229,9 +246,14 @@ IFL_ALWAYS_INLINE void nk4_panels(float *y, int32_t ldy, const float *xp, int32_
                 }
             }
         }
-        for (int m = 0; m < M; m++)
-            for (int r = 0; r < 4 && g * 4 + r < N; r++)
-                y[(size_t)m * ldy + (size_t)(g - g0) * 4 + r] = hsum8(acc[m][r]);
+        for (int m = 0; m < M; m++) {
+            float *yr = y + (size_t)m * ldy + (size_t)(g - g0) * 4;
+            if (g * 4 + 4 <= N)
+                _mm_storeu_ps(yr, hsum8x4(acc[m][0], acc[m][1], acc[m][2], acc[m][3]));
+            else
+                for (int r = 0; r < 4 && g * 4 + r < N; r++)
+                    yr[r] = hsum8(acc[m][r]);
+        }
     }
 }
 
