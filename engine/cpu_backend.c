@@ -208,9 +208,18 @@ static void attend_tile(cpu_backend *be, int32_t t0, int nq, int32_t h, float sc
     const float *q = be->qkv + (size_t)t0 * 3 * C + (size_t)h * D;
     int32_t n0 = be->tok_pos[t0] + 1; /* positions the first token sees */
     int32_t nblk = tile_blocks(be, t0, nq);
-    for (int32_t j = 0; j < nblk; j++)
-        be->k->attn_scores(sc + (size_t)j * BS, ld, q, 3 * C, nq, kv_k(be, table[j], be->layer, h),
-                           D, BS);
+    if (nq == 1 && be->k->attn_scores_q1)
+        for (int32_t j0 = 0; j0 < nblk; j0 += IFL_ATTN_Q1_BLOCKS) {
+            const float *kt[IFL_ATTN_Q1_BLOCKS];
+            int n = nblk - j0 < IFL_ATTN_Q1_BLOCKS ? (int)(nblk - j0) : IFL_ATTN_Q1_BLOCKS;
+            for (int i = 0; i < n; i++)
+                kt[i] = kv_k(be, table[j0 + i], be->layer, h);
+            be->k->attn_scores_q1(sc + (size_t)j0 * BS, q, kt, n, D, BS);
+        }
+    else
+        for (int32_t j = 0; j < nblk; j++)
+            be->k->attn_scores(sc + (size_t)j * BS, ld, q, 3 * C, nq,
+                               kv_k(be, table[j], be->layer, h), D, BS);
     for (int i = 0; i < nq; i++) {
         be->k->scale(sc + (size_t)i * ld, scale, (size_t)(n0 + i));
         ifl_softmax_k(be->k, sc + (size_t)i * ld, n0 + i);

@@ -78,6 +78,7 @@ typedef struct {
 #define IFL_GEMM_MC 96
 /* Queries of one sequence and head that share a pass over each KV block (prefill). */
 #define IFL_ATTN_TILE 6
+#define IFL_ATTN_Q1_BLOCKS 4
 #define IFL_GEMM_SCRATCH_FLOATS(max_n)                                                             \
     ((size_t)IFL_GEMM_MC * IFL_GEMM_KC + 2 * IFL_GEMM_KC * 16 +                                    \
      (size_t)IFL_GEMM_MC * (((size_t)(max_n) + 15) & ~(size_t)15) + 64)
@@ -129,6 +130,11 @@ typedef struct ifl_cpu_kernels {
                         const float *kt, int32_t D, int32_t BS);
     void (*attn_values)(float *out, int32_t ldo, const float *p, int32_t ldp, int nq,
                         const float *vb, int32_t cnt, int32_t D);
+    /* Optional (NULL: attn_scores per block): one query over nblk (1..IFL_ATTN_Q1_BLOCKS) blocks
+     * at once, o[j * BS + sl] = q . kt[j][:, sl], each sum the same chain as attn_scores's; a
+     * decode step's single query keeps more chains in flight than one block's. */
+    void (*attn_scores_q1)(float *o, const float *q, const float *const *kt, int nblk, int32_t D,
+                           int32_t BS);
     /* Largest of n values, and x[i] *= s. */
     float (*max)(const float *x, size_t n);
     void (*scale)(float *x, float s, size_t n);

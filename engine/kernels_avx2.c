@@ -460,6 +460,43 @@ static void attn_scores_avx2(float *o, int32_t ldo, const float *q, int32_t ldq,
         }
 }
 
+/* One query over NB blocks of 16 slots: 2 NB chains in flight where one block has two, each the
+ * chain scores_tile(NQ = 1, NV = 2) makes. */
+IFL_ALWAYS_INLINE void scores_q1_blocks(float *o, const float *q, const float *const *kt,
+                                        int32_t D, const int NB)
+{
+    __m256 c[IFL_ATTN_Q1_BLOCKS][2];
+    for (int b = 0; b < NB; b++)
+        c[b][0] = c[b][1] = _mm256_setzero_ps();
+    for (int32_t d = 0; d < D; d++) {
+        __m256 a = _mm256_broadcast_ss(q + d);
+        for (int b = 0; b < NB; b++) {
+            c[b][0] = _mm256_fmadd_ps(a, _mm256_loadu_ps(kt[b] + (size_t)d * 16), c[b][0]);
+            c[b][1] = _mm256_fmadd_ps(a, _mm256_loadu_ps(kt[b] + (size_t)d * 16 + 8), c[b][1]);
+        }
+    }
+    for (int b = 0; b < NB; b++) {
+        _mm256_storeu_ps(o + 16 * b, c[b][0]);
+        _mm256_storeu_ps(o + 16 * b + 8, c[b][1]);
+    }
+}
+
+static void attn_scores_q1_avx2(float *o, const float *q, const float *const *kt, int nblk,
+                                int32_t D, int32_t BS)
+{
+    if (BS != 16) {
+        for (int b = 0; b < nblk; b++)
+            attn_scores_avx2(o + (size_t)b * BS, BS, q, D, 1, kt[b], D, BS);
+        return;
+    }
+    switch (nblk) {
+    case 1: scores_q1_blocks(o, q, kt, D, 1); break;
+    case 2: scores_q1_blocks(o, q, kt, D, 2); break;
+    case 3: scores_q1_blocks(o, q, kt, D, 3); break;
+    default: scores_q1_blocks(o, q, kt, D, 4); break;
+    }
+}
+
 static void attn_values_avx2(float *out, int32_t ldo, const float *p, int32_t ldp, int nq,
                              const float *vb, int32_t cnt, int32_t D)
 {
@@ -559,6 +596,7 @@ static const ifl_cpu_kernels k_avx2 = {
     .layernorm = layernorm_avx2,
     .attn_scores = attn_scores_avx2,
     .attn_values = attn_values_avx2,
+    .attn_scores_q1 = attn_scores_q1_avx2,
     .max = max_avx2,
     .scale = scale_avx2,
     .stream_read = stream_read_avx2,
