@@ -349,6 +349,39 @@ static void attn_scores_avx512(float *o, int32_t ldo, const float *q, int32_t ld
 #undef SC
 }
 
+/* One query over NB blocks of 16 slots: NB chains in flight where one block has one, each the
+ * chain scores_tile(NQ = 1) makes. */
+IFL_ALWAYS_INLINE void scores_q1_blocks(float *o, const float *q, const float *const *kt,
+                                        int32_t D, const int NB)
+{
+    __m512 c[IFL_ATTN_Q1_BLOCKS];
+    for (int b = 0; b < NB; b++)
+        c[b] = _mm512_setzero_ps();
+    for (int32_t d = 0; d < D; d++) {
+        __m512 a = _mm512_set1_ps(q[d]);
+        for (int b = 0; b < NB; b++)
+            c[b] = _mm512_fmadd_ps(a, _mm512_loadu_ps(kt[b] + (size_t)d * 16), c[b]);
+    }
+    for (int b = 0; b < NB; b++)
+        _mm512_storeu_ps(o + 16 * b, c[b]);
+}
+
+static void attn_scores_q1_avx512(float *o, const float *q, const float *const *kt, int nblk,
+                                  int32_t D, int32_t BS)
+{
+    if (BS != 16) {
+        for (int b = 0; b < nblk; b++)
+            attn_scores_avx512(o + (size_t)b * BS, BS, q, D, 1, kt[b], D, BS);
+        return;
+    }
+    switch (nblk) {
+    case 1: scores_q1_blocks(o, q, kt, D, 1); break;
+    case 2: scores_q1_blocks(o, q, kt, D, 2); break;
+    case 3: scores_q1_blocks(o, q, kt, D, 3); break;
+    default: scores_q1_blocks(o, q, kt, D, 4); break;
+    }
+}
+
 static void attn_values_avx512(float *out, int32_t ldo, const float *p, int32_t ldp, int nq,
                                const float *vb, int32_t cnt, int32_t D)
 {
@@ -428,6 +461,7 @@ static const ifl_cpu_kernels k_avx512 = {
     .layernorm = layernorm_avx512,
     .attn_scores = attn_scores_avx512,
     .attn_values = attn_values_avx512,
+    .attn_scores_q1 = attn_scores_q1_avx512,
     .max = max_avx512,
     .scale = scale_avx512,
     .stream_read = stream_read_avx512,
