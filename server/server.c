@@ -61,7 +61,7 @@ static volatile sig_atomic_t g_signals;
 
 /* ---- the bridge, drained (service thread) --------------------------------------------------- */
 
-static void drain_bridge(server *s)
+void srv_drain_bridge(server *s)
 {
     for (bridge_item *it = bridge_take_all(&s->bridge), *next; it; it = next) {
         next = bridge_next(it);
@@ -89,7 +89,7 @@ static int srv_callback(struct lws *wsi, enum lws_callback_reasons reason, void 
     switch (reason) {
     case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
         if (s)
-            drain_bridge(s);
+            srv_drain_bridge(s);
         return 0;
     case LWS_CALLBACK_WSI_CREATE: sockets_created(s, wsi); return 0;
     case LWS_CALLBACK_WSI_DESTROY: sockets_destroyed(s, wsi); return 0;
@@ -277,7 +277,7 @@ static void stop_batchers(server *s)
         s->b[p] = NULL;
         s->rl.b[p] = NULL;
     }
-    drain_bridge(s); /* frees the requests of the last done events */
+    srv_drain_bridge(s); /* frees the requests of the last done events */
 }
 
 /* The grace period is over (or nothing runs): stop the batchers, send what is queued, and close
@@ -588,7 +588,7 @@ static void server_free(server *s)
     stop_batchers(s);
     ifl_history_stop(s->history); /* answers what is queued (503): drained below */
     s->history = NULL;
-    drain_bridge(s);
+    srv_drain_bridge(s);
     g_srv = NULL;
     if (s->ctx) {
         lws_sul_cancel(&s->stop_timer);
@@ -598,7 +598,7 @@ static void server_free(server *s)
         sockets_stop(s);
         s->ctx = NULL;
     }
-    drain_bridge(s);
+    srv_drain_bridge(s);
     if (s->log.db)
         ifl_dblog_stop(s->log.db, 5000); /* writes what is queued: the session closes too */
     ifl_runtime_close(&s->rt);

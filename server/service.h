@@ -128,6 +128,9 @@ typedef struct server {
     lws_sorted_usec_list_t stop_timer;
 } server;
 
+/* server.c (service thread): every item the engine's threads have queued on the bridge, handled
+ * in order (events into their connections' outboxes, step records, history answers). */
+void srv_drain_bridge(server *s);
 /* ws.c (service thread) */
 int ws_callback(server *s, struct lws *wsi, enum lws_callback_reasons reason, srv_conn *c, void *in,
                 size_t len);

@@ -202,6 +202,10 @@ static void handle_message(server *s, srv_conn *c, const char *text, size_t len)
         send_frame(s, c, &sb);
         break;
     case PROTO_PING: {
+        /* the events the engine queued before this ping go out before its pong, so a pong orders
+         * after everything generated before the server read the ping (a client's fence: tokens
+         * after the pong of a ping sent right behind a cancel were generated after the cancel) */
+        srv_drain_bridge(s);
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         proto_write_pong(&sb, m.has_id ? m.id : NULL,
