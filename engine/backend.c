@@ -99,10 +99,15 @@ int ifl_backend_step_sample(ifl_backend *be, const ifl_batch *b, const ifl_sampl
     }
     int32_t V = be->model->cfg.n_vocab;
     for (int32_t s = 0; s < b->n_seqs; s++)
-        tokens[s] = req[s].active ? ifl_sample_u(sampler, logits + (size_t)s * V, &req[s].sampling,
-                                                 ifl_philox_uniform(req[s].seed, req[s].draw))
-                                  : -1;
+        tokens[s] = ifl_backend_draw(sampler, logits + (size_t)s * V, &req[s]);
     return 0;
+}
+
+int32_t ifl_backend_draw(ifl_sampler *sampler, const float *row, const ifl_sample_req *r)
+{
+    if (!r->active)
+        return -1;
+    return ifl_sample_u(sampler, row, &r->sampling, ifl_philox_uniform(r->seed, r->draw));
 }
 
 void ifl_backend_describe(const ifl_backend *be, char *buf, int cap)

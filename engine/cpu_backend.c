@@ -30,8 +30,6 @@
 #include "cpu_kernels.h"
 #include "cpu_kernels_isa.h"
 #include "defaults.h"
-#include "philox.h"
-#include "sampler.h"
 #include "threadpool.h"
 #include "util.h"
 
@@ -420,13 +418,8 @@ static void task_sample(void *ctx, int ith, int nth)
 {
     cpu_backend *be = ctx;
     size_t V = (size_t)be->base.model->cfg.n_vocab;
-    for (int32_t s = ith; s < be->s_n; s += nth) {
-        const ifl_sample_req *r = &be->s_req[s];
-        be->s_tokens[s] = r->active ? ifl_sample_u(&be->samplers[ith], be->s_logits + s * V,
-                                                   &r->sampling,
-                                                   ifl_philox_uniform(r->seed, r->draw))
-                                    : -1;
-    }
+    for (int32_t s = ith; s < be->s_n; s += nth)
+        be->s_tokens[s] = ifl_backend_draw(&be->samplers[ith], be->s_logits + s * V, &be->s_req[s]);
 }
 
 /* Every run's draw on the pool's threads (ifl_backend_ops.sample). With 64 runs a greedy draw

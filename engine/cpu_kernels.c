@@ -256,10 +256,10 @@ static void matmul_nk(const ifl_matmul_args *a, int ith, int nth)
      * group of rows streaming the whole of x past them from L2, were slower at every row count
      * from 5 to 64 (docs/perf.md, 2026-12-05) */
     int widen = W->dtype != IFL_DTYPE_F32 && k->nk_widen && a->M > k->nk_widen_above[W->dtype];
-    int32_t chunk = (int32_t)(L2_CHUNK_BYTES / ((size_t)KB * 256 * (widen ? 2 : 1)));
+    const size_t panel_bytes = (size_t)KB * 256;
+    int32_t chunk = (int32_t)(L2_CHUNK_BYTES / (panel_bytes * (widen ? 2 : 1)));
     chunk = chunk < 1 ? 1 : chunk;
     float *wide = thread_conv(a, ith); /* >= CONV_FLOATS (4 MiB): the widened chunk */
-    const size_t panel_bytes = (size_t)KB * 256;
     for (int32_t c0 = g0; c0 < g1; c0 += chunk) {
         int32_t c1 = c0 + chunk < g1 ? c0 + chunk : g1;
         if (widen)
