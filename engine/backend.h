@@ -107,11 +107,11 @@ ifl_backend *ifl_cpu_backend_new(const ifl_model *m, const ifl_backend_params *p
 
 /* Runs the step and draws every active run's next token: on the device when the backend can,
  * else from host logits with the CPU sampler (logits: S x V scratch; sampler: V candidates). */
+int ifl_backend_step_sample(ifl_backend *be, const ifl_batch *b, const ifl_sample_req *req,
+                            int32_t *tokens, float *logits, ifl_sampler *sampler, ifl_err *err);
 /* One run's draw from its row of host logits: -1 when inactive, else ifl_sample_u with the
  * request's Philox uniform (what ifl_backend_step_sample and a backend's sample entry both do). */
 int32_t ifl_backend_draw(ifl_sampler *sampler, const float *row, const ifl_sample_req *r);
-int ifl_backend_step_sample(ifl_backend *be, const ifl_batch *b, const ifl_sample_req *req,
-                            int32_t *tokens, float *logits, ifl_sampler *sampler, ifl_err *err);
 
 /* The wrappers every caller uses: nothing outside backend.c and the backends touches `ops`. */
 static inline int ifl_backend_step(ifl_backend *be, const ifl_batch *b, float *logits, ifl_err *err)

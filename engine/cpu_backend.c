@@ -206,13 +206,13 @@ static void attend_tile(cpu_backend *be, int32_t t0, int nq, int32_t h, float sc
     const float *q = be->qkv + (size_t)t0 * 3 * C + (size_t)h * D;
     int32_t n0 = be->tok_pos[t0] + 1; /* positions the first token sees */
     int32_t nblk = tile_blocks(be, t0, nq);
-    if (nq == 1 && be->k->attn_scores_q1)
+    if (nq == 1 && be->k->attn_scores_q1 && BS == IFL_ATTN_Q1_BS)
         for (int32_t j0 = 0; j0 < nblk; j0 += IFL_ATTN_Q1_BLOCKS) {
             const float *kt[IFL_ATTN_Q1_BLOCKS];
             int n = nblk - j0 < IFL_ATTN_Q1_BLOCKS ? (int)(nblk - j0) : IFL_ATTN_Q1_BLOCKS;
             for (int i = 0; i < n; i++)
                 kt[i] = kv_k(be, table[j0 + i], be->layer, h);
-            be->k->attn_scores_q1(sc + (size_t)j0 * BS, q, kt, n, D, BS);
+            be->k->attn_scores_q1(sc + (size_t)j0 * BS, q, kt, n, D);
         }
     else
         for (int32_t j = 0; j < nblk; j++)

@@ -79,6 +79,8 @@ typedef struct {
 /* Queries of one sequence and head that share a pass over each KV block (prefill). */
 #define IFL_ATTN_TILE 6
 #define IFL_ATTN_Q1_BLOCKS 4
+/* The block size (slots) attn_scores_q1 is written for: one 16-float row per dimension. */
+#define IFL_ATTN_Q1_BS 16
 #define IFL_GEMM_SCRATCH_FLOATS(max_n)                                                             \
     ((size_t)IFL_GEMM_MC * IFL_GEMM_KC + 2 * IFL_GEMM_KC * 16 +                                    \
      (size_t)IFL_GEMM_MC * (((size_t)(max_n) + 15) & ~(size_t)15) + 64)
@@ -131,10 +133,10 @@ typedef struct ifl_cpu_kernels {
     void (*attn_values)(float *out, int32_t ldo, const float *p, int32_t ldp, int nq,
                         const float *vb, int32_t cnt, int32_t D);
     /* Optional (NULL: attn_scores per block): one query over nblk (1..IFL_ATTN_Q1_BLOCKS) blocks
-     * at once, o[j * BS + sl] = q . kt[j][:, sl], each sum the same chain as attn_scores's; a
+     * of IFL_ATTN_Q1_BS slots at once (the caller uses attn_scores for other block sizes),
+     * o[j * IFL_ATTN_Q1_BS + sl] = q . kt[j][:, sl], each sum the same chain as attn_scores's; a
      * decode step's single query keeps more chains in flight than one block's. */
-    void (*attn_scores_q1)(float *o, const float *q, const float *const *kt, int nblk, int32_t D,
-                           int32_t BS);
+    void (*attn_scores_q1)(float *o, const float *q, const float *const *kt, int nblk, int32_t D);
     /* Largest of n values, and x[i] *= s. */
     float (*max)(const float *x, size_t n);
     void (*scale)(float *x, float s, size_t n);

@@ -23,6 +23,10 @@
  * reads ~40). With two to four rows, dropping them was slower (batch 4 bf16 10.1 -> 12.0 ms). */
 #define PF_BYTES(dt) ((dt) == IFL_DTYPE_F32 ? 2048 : 4096)
 #define PF_ROWS(M) ((M) > 1)
+/* Rows of x per pass of the KN panel kernel: 12 accumulators, 2 registers of W and 1 broadcast of
+ * x, 15 of the 16 registers. */
+#define KN_MAX_M 6
+_Static_assert(KN_MAX_M == 6, "kn_panels_avx2 has a case for each M up to KN_MAX_M");
 
 /* ---- exp, GELU ------------------------------------------------------------------------------- */
 
@@ -117,7 +121,7 @@ IFL_ALWAYS_INLINE void kn8_panels(float *acc, int32_t lda, const float *x, int32
 {
     const int cw = dt == IFL_DTYPE_F32 ? 16 : 32, units = dt == IFL_DTYPE_F32 ? 1 : 2;
     for (int32_t kb = kb0; kb < kb1; kb++) {
-        float xs[6][8];
+        float xs[KN_MAX_M][8];
         for (int m = 0; m < M; m++)
             for (int r = 0; r < 8; r++) {
                 int32_t k = kb * 8 + r;
@@ -152,7 +156,7 @@ IFL_ALWAYS_INLINE void kn8_panels(float *acc, int32_t lda, const float *x, int32
             }
             for (int u = 0; u < units; u++) {
                 float *ap = acc + (size_t)jb * cw + 16 * u;
-                __m256 a[6][2];
+                __m256 a[KN_MAX_M][2];
                 for (int m = 0; m < M; m++) {
                     a[m][0] = _mm256_load_ps(ap + (size_t)m * lda);
                     a[m][1] = _mm256_load_ps(ap + (size_t)m * lda + 8);
@@ -484,13 +488,8 @@ IFL_ALWAYS_INLINE void scores_q1_blocks(float *o, const float *q, const float *c
 }
 
 static void attn_scores_q1_avx2(float *o, const float *q, const float *const *kt, int nblk,
-                                int32_t D, int32_t BS)
+                                int32_t D)
 {
-    if (BS != 16) {
-        for (int b = 0; b < nblk; b++)
-            attn_scores_avx2(o + (size_t)b * BS, BS, q, D, 1, kt[b], D, BS);
-        return;
-    }
     switch (nblk) {
     case 1: scores_q1_blocks(o, q, kt, D, 1); break;
     case 2: scores_q1_blocks(o, q, kt, D, 2); break;
@@ -582,7 +581,7 @@ static const ifl_cpu_kernels k_avx2 = {
     .isa = IFL_ISA_AVX2,
     .desc = "AVX2+FMA+F16C kernels (register-blocked above 8 rows of f32 weights, 12 of 16-bit)",
     .kn_panels = kn_panels_avx2,
-    .kn_max_m = 6, /* 12 accumulators, 2 of W, 1 of x: 15 of the 16 registers */
+    .kn_max_m = KN_MAX_M,
     .nk_panels = nk_panels_avx2,
     .nk_max_m = 3,
     .nk_widen = nk_widen_avx2,
@@ -593,9 +592,9 @@ static const ifl_cpu_kernels k_avx2 = {
     .unpermute_bf16 = unpermute16,
     .gemm = ifl_gemm_avx2,
     /* up to these rows (f32, f16, bf16) the panel kernels, six rows a pass, beat packing each
-     * strip of W for only one or two groups of six (perf.md, 2026-12-05: bf16 products of 5-12
-     * rows 15-45% faster; batch 6 decode 16.2 -> 12.3 ms); f32 weights, twice the bytes, gain
-     * less and only to 8 rows */
+     * strip of W for only one or two groups of six (perf.md, 2026-12-05: bf16 products of 5-8
+     * rows 30-60% faster alone, of 12 level to faster; batch 6 decode 16.2 -> 12.3 ms); f32
+     * weights, twice the bytes, gain less and only to 8 rows */
     .gemm_above = {8, 12, 12},
     .exp = exp_avx2,
     .gelu_tanh = gelu_tanh_avx2,

@@ -367,13 +367,8 @@ IFL_ALWAYS_INLINE void scores_q1_blocks(float *o, const float *q, const float *c
 }
 
 static void attn_scores_q1_avx512(float *o, const float *q, const float *const *kt, int nblk,
-                                  int32_t D, int32_t BS)
+                                  int32_t D)
 {
-    if (BS != 16) {
-        for (int b = 0; b < nblk; b++)
-            attn_scores_avx512(o + (size_t)b * BS, BS, q, D, 1, kt[b], D, BS);
-        return;
-    }
     switch (nblk) {
     case 1: scores_q1_blocks(o, q, kt, D, 1); break;
     case 2: scores_q1_blocks(o, q, kt, D, 2); break;
