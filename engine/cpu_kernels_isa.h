@@ -81,6 +81,18 @@ typedef struct {
 #define IFL_ATTN_Q1_BLOCKS 4
 /* The block size (slots) attn_scores_q1 is written for: one 16-float row per dimension. */
 #define IFL_ATTN_Q1_BS 16
+/* CALL(NB) with nblk (a variable in scope, 1..IFL_ATTN_Q1_BLOCKS) as a constant: a family's
+ * attn_scores_q1 compiles its kernel once per block count. */
+#define BY_Q1_BLOCKS(CALL)                                                                         \
+    do {                                                                                           \
+        switch (nblk) {                                                                            \
+        case 1: CALL(1); break;                                                                    \
+        case 2: CALL(2); break;                                                                    \
+        case 3: CALL(3); break;                                                                    \
+        default: CALL(4); break;                                                                   \
+        }                                                                                          \
+    } while (0)
+_Static_assert(IFL_ATTN_Q1_BLOCKS == 4, "BY_Q1_BLOCKS has a case for each count up to it");
 #define IFL_GEMM_SCRATCH_FLOATS(max_n)                                                             \
     ((size_t)IFL_GEMM_MC * IFL_GEMM_KC + 2 * IFL_GEMM_KC * 16 +                                    \
      (size_t)IFL_GEMM_MC * (((size_t)(max_n) + 15) & ~(size_t)15) + 64)

@@ -369,12 +369,9 @@ IFL_ALWAYS_INLINE void scores_q1_blocks(float *o, const float *q, const float *c
 static void attn_scores_q1_avx512(float *o, const float *q, const float *const *kt, int nblk,
                                   int32_t D)
 {
-    switch (nblk) {
-    case 1: scores_q1_blocks(o, q, kt, D, 1); break;
-    case 2: scores_q1_blocks(o, q, kt, D, 2); break;
-    case 3: scores_q1_blocks(o, q, kt, D, 3); break;
-    default: scores_q1_blocks(o, q, kt, D, 4); break;
-    }
+#define Q1(NB) scores_q1_blocks(o, q, kt, D, NB)
+    BY_Q1_BLOCKS(Q1);
+#undef Q1
 }
 
 static void attn_values_avx512(float *out, int32_t ldo, const float *p, int32_t ldp, int nq,
