@@ -81,11 +81,11 @@ typedef struct {
 #define IFL_ATTN_Q1_BLOCKS 4
 /* The block size (slots) attn_scores_q1 is written for: one 16-float row per dimension. */
 #define IFL_ATTN_Q1_BS 16
-/* CALL(NB) with nblk (a variable in scope, 1..IFL_ATTN_Q1_BLOCKS) as a constant: a family's
+/* CALL(NB) with NB the block count n (1..IFL_ATTN_Q1_BLOCKS) as a constant: a family's
  * attn_scores_q1 compiles its kernel once per block count. */
-#define BY_Q1_BLOCKS(CALL)                                                                         \
+#define BY_Q1_BLOCKS(n, CALL)                                                                      \
     do {                                                                                           \
-        switch (nblk) {                                                                            \
+        switch (n) {                                                                               \
         case 1: CALL(1); break;                                                                    \
         case 2: CALL(2); break;                                                                    \
         case 3: CALL(3); break;                                                                    \

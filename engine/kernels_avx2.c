@@ -491,7 +491,7 @@ static void attn_scores_q1_avx2(float *o, const float *q, const float *const *kt
                                 int32_t D)
 {
 #define Q1(NB) scores_q1_blocks(o, q, kt, D, NB)
-    BY_Q1_BLOCKS(Q1);
+    BY_Q1_BLOCKS(nblk, Q1);
 #undef Q1
 }
 
