@@ -33,8 +33,9 @@ static const char *const HELP =
     "  --steps N          timed decode steps per batch size (default 32; 64 at batch 1)\n"
     "  --prefill N        prompt length of the prefill measurement (default 512, 0 = skip)\n"
     "  --repeat N         rounds of every measurement, the median is reported (default 3); on\n"
-    "                     the CPU each decode round runs right after its own bandwidth and FMA\n"
-    "                     probes, and its ratios to the floor and the peak are to those\n"
+    "                     the CPU the bandwidth and FMA probes run between slices of each decode\n"
+    "                     round (8 a round), the steps of a slice set against the probes just\n"
+    "                     before them; each prefill round runs right after its own probes\n"
     "  --device D         auto | cpu | cuda (default auto: the GPU when there is one)\n"
     "  --isa I            CPU kernels: auto | avx512 | avx2 | scalar (default auto: $INFLIGHT_ISA\n"
     "                     when set, else the best this CPU has; one it lacks is an error)\n"
@@ -49,9 +50,41 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Decode benchmark at batch B; returns seconds per step. */
-static int bench_decode(ifl_backend *be, int32_t B, int32_t steps, double *sec_per_step,
-                        ifl_err *err)
+/* The probes between slices of a decode round's timed steps (CPU). Every `every` steps the clock
+ * stops for the read-bandwidth and FMA probes (slice_probe), and the steps that follow are set
+ * against what those read: this host's bandwidth and FMA rate swing by a quarter to a half within
+ * seconds (docs/perf.md), so probes taken once before a round let the drift during it land on the
+ * ratios, in either direction (rounds at 54% and at 118% of the floor in one run, 2026-12-05). The
+ * sums are over the round's timed steps. */
+typedef struct {
+    ifl_threadpool *tp;
+    const ifl_read_probe *rd;
+    int32_t every;          /* steps per slice */
+    double step_bytes;      /* the memory floor's bytes of one step (weights + KV) */
+    double step_flops;      /* the FMAs' FLOPs of one step */
+    double gbs, peak;       /* the current slice's probes */
+    double floor_s, peak_s; /* the steps' time at the probed bandwidth, at the probed peak */
+    double gbs_lo, gbs_hi;  /* the range of the slices' bandwidth */
+} slice_probes;
+
+/* Each probe twice, at the start of a slice, the faster pass kept: a pass is short (8-20 ms of
+ * reading, 7 of FMAs), so one slowed by an interruption would set the slice's steps against a
+ * floor or a peak too low; the best of two errs the other way, against the steps. */
+static void slice_probe(slice_probes *sp)
+{
+    double g2;
+    sp->gbs = ifl_read_probe_gbs(sp->tp, sp->rd);
+    g2 = ifl_read_probe_gbs(sp->tp, sp->rd);
+    sp->gbs = g2 > sp->gbs ? g2 : sp->gbs;
+    sp->peak = ifl_fma_peak_gflops(sp->tp, NULL, 2);
+    sp->gbs_lo = sp->gbs_lo == 0 || sp->gbs < sp->gbs_lo ? sp->gbs : sp->gbs_lo;
+    sp->gbs_hi = sp->gbs > sp->gbs_hi ? sp->gbs : sp->gbs_hi;
+}
+
+/* Decode benchmark at batch B; returns seconds per step (the probes' time left out). sp: NULL, or
+ * the probes to run between slices of the timed steps. */
+static int bench_decode(ifl_backend *be, int32_t B, int32_t steps, slice_probes *sp,
+                        double *sec_per_step, ifl_err *err)
 {
     const ifl_config *c = &be->model->cfg;
     int rc = -1;
@@ -109,9 +142,14 @@ static int bench_decode(ifl_backend *be, int32_t B, int32_t steps, double *sec_p
         s0 += n;
     }
     int32_t pos = BENCH_PROMPT;
-    double t0 = 0;
+    double t0 = 0, timed = 0;
     for (int32_t it = 0; it < warm + steps; it++) {
-        if (it == warm)
+        if (sp && it >= warm && (it - warm) % sp->every == 0) {
+            if (it > warm)
+                timed += ifl_now_s() - t0;
+            slice_probe(sp);
+            t0 = ifl_now_s();
+        } else if (it == warm)
             t0 = ifl_now_s();
         for (int32_t s = 0; s < B; s++) {
             tokens[s] = next[s];
@@ -129,8 +167,12 @@ static int bench_decode(ifl_backend *be, int32_t B, int32_t steps, double *sec_p
         if (ifl_backend_step_sample(be, &b, greedy, next, logits, &sampler, err))
             goto out;
         pos++;
+        if (sp && it >= warm) {
+            sp->floor_s += sp->gbs > 0 ? sp->step_bytes / (sp->gbs * 1e9) : 0;
+            sp->peak_s += sp->peak > 0 ? sp->step_flops / (sp->peak * 1e9) : 0;
+        }
     }
-    *sec_per_step = (ifl_now_s() - t0) / steps;
+    *sec_per_step = (timed + ifl_now_s() - t0) / steps;
     rc = 0;
 out:
     if (seqs)
@@ -289,7 +331,7 @@ static int bench_sampler(int32_t V, ifl_err *err)
 }
 
 /* The CPU's read bandwidth and FMA peak now, measured quietly (no line printed): the probes
- * each decode round of bench_batch runs just before its steps. 0 on the GPU. */
+ * each prefill round runs just before its steps. 0 on the GPU. */
 static void probe_now(const ifl_runtime *rt, double *gbs, double *peak)
 {
     *gbs = *peak = 0;
@@ -305,52 +347,61 @@ static double median_of(double *v, int32_t n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* Decode at batch B, `rounds` times. On the CPU each round runs right after its own probes
- * (probe_now) and is set against them: this machine's bandwidth and FMA throughput drift by a
- * quarter within minutes (docs/perf.md), so a ratio to probes taken at the start says as much
- * about the drift as about the kernels. Prints the medians of the rounds' step times, floors,
- * and ratios, and the range the probes spanned. */
+/* Decode at batch B, `rounds` times. On the CPU the probes run between slices of each round's
+ * steps (slice_probes: 8 slices a round), so the floor and the peak a round is set against are
+ * those of the moments its steps ran. Prints the medians of the rounds' step times, floors, and
+ * ratios, and the range the probes spanned. */
 static int bench_batch(const ifl_runtime *rt, int32_t B, int32_t st, int32_t rounds, double wbytes,
                        double kv_per_tok, double cuda_gbs, ifl_err *err)
 {
     const ifl_config *mc = &rt->model.cfg;
     double *v = calloc((size_t)rounds * 4, sizeof *v); /* step s, floor ms, floor %, peak % */
-    double bw_lo = 0, bw_hi = 0;
+    ifl_read_probe rd = {0};
     if (!v)
         return ifl_err_set(err, "out of memory");
+    int cpu = rt->device != IFL_DEVICE_CUDA && rt->pool;
+    if (cpu && ifl_read_probe_init(&rd, (size_t)512 << 20)) {
+        free(v);
+        return ifl_err_set(err, "out of memory for the 512 MiB bandwidth probe");
+    }
     /* mean context over the timed steps: prompt + warm-up + half the steps */
     double ctx = BENCH_PROMPT + 2 + st / 2.0, flops = step_flops(mc, B, 1, ctx);
-    for (int32_t r = 0; r < rounds; r++) {
-        double gbs = cuda_gbs, peak = 0, sps;
-        if (rt->device != IFL_DEVICE_CUDA)
-            probe_now(rt, &gbs, &peak);
-        if (bench_decode(rt->be[0], B, st, &sps, err)) {
-            free(v);
-            return -1;
-        }
-        double floor_ms = gbs > 0 ? (wbytes + B * ctx * kv_per_tok) / (gbs * 1e9) * 1e3 : 0;
+    double bytes = wbytes + B * ctx * kv_per_tok;
+    slice_probes sp = {.tp = rt->pool,
+                       .rd = &rd,
+                       .every = st >= 8 ? st / 8 : 1,
+                       .step_bytes = bytes,
+                       .step_flops = flops};
+    int rc = 0;
+    for (int32_t r = 0; r < rounds && !rc; r++) {
+        sp.floor_s = sp.peak_s = 0;
+        double sps;
+        if ((rc = bench_decode(rt->be[0], B, st, cpu ? &sp : NULL, &sps, err)))
+            break;
+        double floor_s = cpu ? sp.floor_s / st : cuda_gbs > 0 ? bytes / (cuda_gbs * 1e9) : 0;
         v[r] = sps;
-        v[rounds + r] = floor_ms;
-        v[2 * rounds + r] = 100.0 * floor_ms / (sps * 1e3);
-        v[3 * rounds + r] = peak > 0 ? 100.0 * flops / sps / 1e9 / peak : 0;
-        bw_lo = !r || gbs < bw_lo ? gbs : bw_lo;
-        bw_hi = !r || gbs > bw_hi ? gbs : bw_hi;
+        v[rounds + r] = floor_s * 1e3;
+        v[2 * rounds + r] = 100.0 * floor_s / sps;
+        v[3 * rounds + r] = cpu ? 100.0 * sp.peak_s / st / sps : 0;
     }
-    double sps = median_of(v, rounds), floor_ms = median_of(v + rounds, rounds);
-    double floor_pct = median_of(v + 2 * rounds, rounds),
-           peak_pct = median_of(v + 3 * rounds, rounds);
-    printf("  decode  batch %4d: %8.2f ms/step  %8.1f tok/s  (%d steps; memory floor %.2f ms, "
-           "%.0f%% of it; %.1f GFLOP/s, %.0f%% of the FMA peak",
-           B, sps * 1e3, B / sps, st, floor_ms, floor_pct, flops / sps / 1e9, peak_pct);
-    if (rounds > 1)
-        printf("; median of %d rounds%s", rounds,
-               rt->device == IFL_DEVICE_CUDA ? "" : ", each after its own probes");
-    if (rounds > 1 && rt->device != IFL_DEVICE_CUDA)
-        printf(": bandwidth %.1f-%.1f GB/s", bw_lo, bw_hi);
-    printf(")\n");
-    fflush(stdout);
+    if (!rc) {
+        double sps = median_of(v, rounds), floor_ms = median_of(v + rounds, rounds);
+        double floor_pct = median_of(v + 2 * rounds, rounds),
+               peak_pct = median_of(v + 3 * rounds, rounds);
+        printf("  decode  batch %4d: %8.2f ms/step  %8.1f tok/s  (%d steps; memory floor %.2f ms, "
+               "%.0f%% of it; %.1f GFLOP/s, %.0f%% of the FMA peak",
+               B, sps * 1e3, B / sps, st, floor_ms, floor_pct, flops / sps / 1e9, peak_pct);
+        if (rounds > 1)
+            printf("; median of %d rounds", rounds);
+        if (cpu)
+            printf("; probes every %d steps: bandwidth %.1f-%.1f GB/s", sp.every, sp.gbs_lo,
+                   sp.gbs_hi);
+        printf(")\n");
+        fflush(stdout);
+    }
+    ifl_read_probe_free(&rd);
     free(v);
-    return 0;
+    return rc;
 }
 
 /* The prefill of P tokens, `rounds` times, each after its own probes on the CPU (as

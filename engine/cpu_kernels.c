@@ -483,28 +483,54 @@ static void probe_task(void *c_, int ith, int nth)
     c->sums[ith % 64] = c->k->stream_read(c->p + per * (size_t)ith, per);
 }
 
-double ifl_memory_read_gbs(ifl_threadpool *tp, size_t bytes, int reps)
+int ifl_read_probe_init(ifl_read_probe *pr, size_t bytes)
 {
+    *pr = (ifl_read_probe){0};
     float *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
-        return 0;
+        return -1;
 #ifdef MADV_HUGEPAGE
     madvise(p, bytes, MADV_HUGEPAGE);
 #endif
     size_t n = bytes / sizeof(float);
     for (size_t i = 0; i < n; i++)
         p[i] = 1.0f;
-    probe_ctx c = {.k = cur(), .p = p, .n = n};
-    double best = 1e30;
-    for (int r = 0; r < reps; r++) {
-        double t = ifl_now_s();
-        ifl_threadpool_run(tp, probe_task, &c);
-        t = ifl_now_s() - t;
-        best = t < best ? t : best;
-    }
-    munmap(p, bytes);
+    pr->p = p;
+    pr->n = n;
+    return 0;
+}
+
+double ifl_read_probe_gbs(ifl_threadpool *tp, const ifl_read_probe *pr)
+{
+    if (!pr->p)
+        return 0;
+    probe_ctx c = {.k = cur(), .p = pr->p, .n = pr->n};
+    double t = ifl_now_s();
+    ifl_threadpool_run(tp, probe_task, &c);
+    t = ifl_now_s() - t;
     int nth = ifl_threadpool_size(tp);
-    return (double)(n / (size_t)nth / 64 * 64 * (size_t)nth) * sizeof(float) / best / 1e9;
+    return (double)(pr->n / (size_t)nth / 64 * 64 * (size_t)nth) * sizeof(float) / t / 1e9;
+}
+
+void ifl_read_probe_free(ifl_read_probe *pr)
+{
+    if (pr->p)
+        munmap(pr->p, pr->n * sizeof(float));
+    *pr = (ifl_read_probe){0};
+}
+
+double ifl_memory_read_gbs(ifl_threadpool *tp, size_t bytes, int reps)
+{
+    ifl_read_probe pr;
+    if (ifl_read_probe_init(&pr, bytes))
+        return 0;
+    double best = 0;
+    for (int r = 0; r < reps; r++) {
+        double gbs = ifl_read_probe_gbs(tp, &pr);
+        best = gbs > best ? gbs : best;
+    }
+    ifl_read_probe_free(&pr);
+    return best;
 }
 
 static void fma_task(void *c_, int ith, int nth)

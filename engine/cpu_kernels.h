@@ -75,6 +75,16 @@ int32_t ifl_matmul_default_gemv_rows(const struct ifl_cpu_kernels *k, ifl_dtype 
  * the buffer cannot be allocated. */
 struct ifl_threadpool;
 double ifl_memory_read_gbs(struct ifl_threadpool *tp, size_t bytes, int reps);
+/* The same probe's buffer kept for one pass at a time (bench --engine runs a pass between slices
+ * of a decode round's steps): init maps and fills `bytes` (-1 if it cannot), gbs reads it once
+ * across the pool's threads and returns GB/s (0 for a buffer that failed to map), free unmaps. */
+typedef struct {
+    float *p;
+    size_t n; /* floats */
+} ifl_read_probe;
+int ifl_read_probe_init(ifl_read_probe *pr, size_t bytes);
+double ifl_read_probe_gbs(struct ifl_threadpool *tp, const ifl_read_probe *pr);
+void ifl_read_probe_free(ifl_read_probe *pr);
 /* Peak multiply-add rate of family k on the pool's threads, in GFLOP/s (2 per lane per FMA): the
  * best of `reps` runs of independent FMA chains on registers, for judging compute-bound figures. */
 double ifl_fma_peak_gflops(struct ifl_threadpool *tp, const struct ifl_cpu_kernels *k, int reps);

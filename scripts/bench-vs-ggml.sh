@@ -214,7 +214,7 @@ run_ggml() { # ROUND
     done
 }
 
-run_ours() { # ROUND: one round of the bench (--repeat 1: its probes run just before it)
+run_ours() { # ROUND: one round of the bench (--repeat 1; probes between slices of its steps)
     local r=$1 w log
     for w in ${weights//,/ }; do
         log="$logs/inflight-$w-r$r.txt"
@@ -340,8 +340,9 @@ What each figure is ($rounds rounds, the engines alternating which runs first; e
 median over the rounds, each round's figures are at the end):
 - inflight, batch 1: \`bench --engine\` ms per decode step (the mean over its timed steps after 2
   warm-up steps, 8-token random prompts, greedy sampling included); the memory floor is the bench's
-  own: every weight read once (and the KV) at the read bandwidth it measured just before that
-  round's steps (the ratios to the floor and to the FMA peak are each round's own).
+  own: every weight read once (and the KV) at the read bandwidth it measured between slices of
+  that round's steps (its probes run every eighth of the steps, the clock stopped, and each slice
+  is set against the probes just before it; likewise the FMA peak).
 - inflight, batch B: B / (mean step time): B sequences decoding together, greedy sampling included.
 - ggml, batch 1: gpt-2-ctx's "per token" = its "predict time" / tokens evaluated, with a 1-token
   prompt ("Hello"), so every timed evaluation is one single-token decode step; sampling (greedy,
