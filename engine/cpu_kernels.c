@@ -5,6 +5,7 @@
 #include "cpu_kernels.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -235,42 +236,54 @@ static void matmul_kn_finish(const ifl_matmul_args *a, int ith, int nth)
     epilogue(a, N, c0, c1);
 }
 
-/* MM_NK, thread ith: its range of 4-row panels of W (N, K); like MM_KN, every group of rows of
- * x sweeps an L2-sized chunk of panels, so W comes from memory once. */
+/* The next chunk of MM_NK's work for whichever share asks (the args' one field the threads
+ * write; ifl_matmul_plan resets it). */
+static int32_t nk_claim(const ifl_matmul_args *a)
+{
+    return atomic_fetch_add_explicit((atomic_int *)&a->nk_next, 1, memory_order_relaxed);
+}
+
+/* MM_NK, share ith: L2-sized chunks of 4-row panels of W (N, K), each claimed from a counter by
+ * whichever share is free, so a thread the host slows takes fewer of them instead of holding up
+ * the product (a static split left one thread idle a fifth of a batch-1 step on a busy host,
+ * docs/perf.md); a chunk's rows of y are the same whoever computes them. Like MM_KN, every
+ * group of rows of x sweeps a chunk while it is in L2, so W comes from memory once. */
 static void matmul_nk(const ifl_matmul_args *a, int ith, int nth)
 {
+    (void)nth;
     const ifl_mat *W = a->W;
     const ifl_cpu_kernels *k = a->k;
     int32_t K = W->cols, N = W->rows;
-    int32_t cw = ifl_panel_width(W->dtype), KB = (K + cw - 1) / cw;
-    int32_t g0, g1;
-    split((N + 3) / 4, ith, nth, 8, &g0, &g1);
-    if (g0 >= g1)
-        return;
-    int32_t n0 = g0 * 4, n1 = g1 * 4 < N ? g1 * 4 : N;
-    float *xp = thread_xpad(a, ith);
-    pad_x(xp, a->x, (int)a->M, K, K, KB * cw, W->dtype == IFL_DTYPE_BF16 ? k->bf16_group : 0);
+    int32_t cw = ifl_panel_width(W->dtype), KB = (K + cw - 1) / cw, G = (N + 3) / 4;
     /* L2-sized chunks of panels, widened once to f32 where the family does that for this dtype
      * (the copy is the L2-sized chunk): each group of rows of x (in L1) sweeps the chunk in L2,
      * so W comes from memory once and every row's sums keep one order. L1-sized chunks, each
      * group of rows streaming the whole of x past them from L2, were slower at every row count
-     * from 5 to 64 (docs/perf.md, 2026-12-05) */
+     * from 5 to 64 (docs/perf.md, 2026-12-05). A chunk is a whole number of 64-byte lines of y
+     * (4 panels), so no two threads write one line. */
     int widen = W->dtype != IFL_DTYPE_F32 && k->nk_widen && a->M > k->nk_widen_above[W->dtype];
     const size_t panel_bytes = (size_t)KB * 256;
-    int32_t chunk = (int32_t)(L2_CHUNK_BYTES / (panel_bytes * (widen ? 2 : 1)));
-    chunk = chunk < 1 ? 1 : chunk;
+    int32_t chunk = (int32_t)(L2_CHUNK_BYTES / (panel_bytes * (widen ? 2 : 1))) & ~3;
+    chunk = chunk < 4 ? 4 : chunk;
+    int32_t n_chunks = (G + chunk - 1) / chunk;
+    int32_t cur = nk_claim(a);
+    if (cur >= n_chunks)
+        return;
+    float *xp = thread_xpad(a, ith);
+    pad_x(xp, a->x, (int)a->M, K, K, KB * cw, W->dtype == IFL_DTYPE_BF16 ? k->bf16_group : 0);
     float *wide = thread_conv(a, ith); /* >= CONV_FLOATS (4 MiB): the widened chunk */
-    for (int32_t c0 = g0; c0 < g1; c0 += chunk) {
-        int32_t c1 = c0 + chunk < g1 ? c0 + chunk : g1;
+    /* the next chunk is claimed while this one is in use: its panels are prefetched */
+    for (int32_t nxt = nk_claim(a); cur < n_chunks; cur = nxt, nxt = nk_claim(a)) {
+        int32_t c0 = cur * chunk, c1 = c0 + chunk < G ? c0 + chunk : G;
         if (widen)
             k->nk_widen(wide, W->data, KB, c0, c1, W->dtype);
         /* widened: the next chunk's 16-bit panels toward L2, a slice before each group of rows,
          * so that widening it reads them from L2 rather than memory (bench-gemm-libs, lm_head, 64
          * rows, bf16: 187 -> 195 GFLOP/s; not widened, the kernels' own prefetches do better
          * alone: f16 and f32 were 3-12% slower with it, docs/perf.md) */
-        int32_t c2 = c1 + chunk < g1 ? c1 + chunk : g1;
-        const char *next = (const char *)W->data + (size_t)c1 * panel_bytes;
-        size_t next_bytes = (size_t)(c2 - c1) * panel_bytes, groups = 0, pf = 0;
+        int32_t c2 = nxt * chunk, c3 = nxt < n_chunks ? (c2 + chunk < G ? c2 + chunk : G) : c2;
+        const char *next = (const char *)W->data + (size_t)c2 * panel_bytes;
+        size_t next_bytes = (size_t)(c3 - c2) * panel_bytes, groups = 0, pf = 0;
         if (widen)
             groups = ((size_t)a->M + (size_t)k->nk_max_m - 1) / (size_t)k->nk_max_m;
         for (int32_t m0 = 0; m0 < a->M; m0 += k->nk_max_m) {
@@ -287,8 +300,8 @@ static void matmul_nk(const ifl_matmul_args *a, int ith, int nth)
             else
                 k->nk_panels(y, N, xm, KB, W->data, c0, c1, N, M, W->dtype);
         }
+        epilogue(a, N, c0 * 4, c1 * 4 < N ? c1 * 4 : N);
     }
-    epilogue(a, N, n0, n1);
 }
 
 /* MM_GEMM, thread ith: its 16-column strips of y through the family's register-blocked product,
@@ -439,6 +452,7 @@ int ifl_matmul_plan(ifl_matmul_args *a)
     if (a->M > a->max_m)
         return -1; /* more rows than the partial sums were sized for */
     a->mode = a->w_is_nk ? MM_NK : MM_KN;
+    atomic_store_explicit(&a->nk_next, 0, memory_order_relaxed);
     return 0;
 }
 

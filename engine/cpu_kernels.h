@@ -12,6 +12,7 @@
 #ifndef IFL_CPU_KERNELS_H
 #define IFL_CPU_KERNELS_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -55,6 +56,8 @@ typedef struct {
     int blas;                    /* 1: above gemv_max_rows use OpenBLAS sgemm (where built) */
     const struct ifl_cpu_kernels *k; /* the family; NULL: ifl_isa_current()'s */
     int mode;                        /* set by ifl_matmul_plan */
+    atomic_int nk_next;              /* dot products (MM_NK): the next chunk to claim; reset by
+                                        ifl_matmul_plan, so plan before every run */
 } ifl_matmul_args;
 
 /* Floats of per-thread scratch (64-byte aligned) for K <= max_k, N <= max_n (of (K, N) weights)
