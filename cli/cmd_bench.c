@@ -72,10 +72,7 @@ typedef struct {
  * floor or a peak too low; the best of two errs the other way, against the steps. */
 static void slice_probe(slice_probes *sp)
 {
-    double g2;
-    sp->gbs = ifl_read_probe_gbs(sp->tp, sp->rd);
-    g2 = ifl_read_probe_gbs(sp->tp, sp->rd);
-    sp->gbs = g2 > sp->gbs ? g2 : sp->gbs;
+    sp->gbs = ifl_read_probe_gbs(sp->tp, sp->rd, 2);
     sp->peak = ifl_fma_peak_gflops(sp->tp, NULL, 2);
     sp->gbs_lo = sp->gbs_lo == 0 || sp->gbs < sp->gbs_lo ? sp->gbs : sp->gbs_lo;
     sp->gbs_hi = sp->gbs > sp->gbs_hi ? sp->gbs : sp->gbs_hi;

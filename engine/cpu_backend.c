@@ -346,6 +346,7 @@ static void run_matmul(cpu_backend *be, float *y, const float *x, int32_t M, con
         .gemv_max_rows = be->gemv_rows[W->dtype],
         .blas = be->base.params.sgemm_above > 0,
         .k = be->k,
+        .n_threads = ifl_threadpool_size(be->tp),
     };
     if (ifl_matmul_plan(&be->mm)) /* adopt_weights guarantees the layouts */
         abort();

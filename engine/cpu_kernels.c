@@ -1,13 +1,14 @@
 /* cpu_kernels.c: the driver of the CPU kernels (see cpu_kernels.h): the choice of path per
  * matrix product, the split of work across threads, the partial sums and the epilogue (bias,
- * activation), the OpenBLAS path, the probes, and the process-wide entry points. What runs inside
- * each thread's share is a family's (kernels_scalar.c, kernels_avx2.c, kernels_avx512.c). */
+ * activation), the OpenBLAS path, and the process-wide entry points. What runs inside each
+ * thread's share is a family's (kernels_scalar.c, kernels_avx2.c, kernels_avx512.c); the probes
+ * are in cpu_probes.c. */
 #include "cpu_kernels.h"
 
 #include <math.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "cpu_kernels_isa.h"
 #include "threadpool.h"
@@ -74,8 +75,9 @@ void ifl_softmax_k(const ifl_cpu_kernels *k, float *x, int32_t n)
  *
  * Four ways, chosen per call by ifl_matmul_plan:
  *   MM_KN   (few rows, W (K, N) in IFL_LAYOUT_KN8): each thread streams a contiguous band of W's
- *           8-row panels, every weight read once and in address order, into private (M, N)
- *           partial sums; ifl_matmul_finish_thread adds the partials, the bias and the activation.
+ *           8-row panels, every weight read once and in address order, into its band's (M, N)
+ *           partial sums, then takes over pieces of the columns of bands still in progress;
+ *           ifl_matmul_finish_thread adds the partials, the bias and the activation.
  *   MM_NK   (few rows, W (N, K) in IFL_LAYOUT_NK4, the tied lm_head): dot products, each thread
  *           a contiguous range of 4-row panels.
  *   MM_GEMM (more rows, a family with a register-blocked product): each thread a range of
@@ -181,31 +183,187 @@ static void pad_x(float *xp, const float *x, int M, int32_t ldx, int32_t K, int3
     }
 }
 
-/* MM_KN, thread ith: partial sums over its band of 8-row panels, all N columns, every row of x. */
+/* ---- MM_KN: bands, chunks, pieces ------------------------------------------------------------ *
+ *
+ * Share b owns band b of W's 8-row panels (ifl_kernel_band: what the register-blocked product
+ * reproduces) and sums it into its partials (thread_scratch(b)), an L2-sized chunk of panels at a
+ * time, every group of rows of x sweeping the chunk while it is in L2, all columns at once: one
+ * sequential stream through the band. The columns come in IFL_KN_PIECES pieces, each claimed chunk
+ * by chunk. A share done with its own band takes over the last piece of the band with the most
+ * chunks left whose share still holds two or more: from the first chunk that share has not begun,
+ * once it has finished the one before (the piece's `done`). Every column's sum is still one chain
+ * in k order through its band, whoever adds each chunk, so every result keeps its bits; a fixed
+ * half each left one of two threads idle 11-18% of a batch-1 step on a busy host (docs/perf.md). */
+
+typedef struct {
+    const ifl_matmul_args *a;
+    int32_t K, ldp, NB, chunk;
+    int nth;
+    int take; /* pieces can change hands (the pieces were readied for nth shares) */
+} kn_run;
+
+/* Panels [*kb0, *kb1) of band b and its chunk count. */
+static int32_t kn_band(const kn_run *r, int b, int32_t *kb0, int32_t *kb1)
+{
+    split((r->K + 7) / 8, b, r->nth, 1, kb0, kb1);
+    return (*kb1 - *kb0 + r->chunk - 1) / r->chunk;
+}
+
+/* Panel columns [*j0, *j1) of piece q (even bounds: the avx512 f32 kernel goes in pairs). */
+static void kn_piece_cols(const kn_run *r, int q, int32_t *j0, int32_t *j1)
+{
+    split(r->NB, q, IFL_KN_PIECES, 2, j0, j1);
+}
+
+static inline ifl_kn_piece *kn_piece(const kn_run *r, int b, int q)
+{
+    return (ifl_kn_piece *)&r->a->kn_piece[b][q];
+}
+
+/* Chunk c of band b over the pieces in mask (adjacent ones as one range of columns); the first
+ * chunk starts the partial sums from zero. */
+static void kn_sum_chunk(const kn_run *r, int b, int32_t c, unsigned mask)
+{
+    const ifl_matmul_args *a = r->a;
+    const ifl_cpu_kernels *k = a->k;
+    int32_t kb0, kb1;
+    kn_band(r, b, &kb0, &kb1);
+    int32_t c0 = kb0 + c * r->chunk, c1 = c0 + r->chunk < kb1 ? c0 + r->chunk : kb1;
+    int32_t cw = ifl_panel_width(a->W->dtype), ldp = r->ldp;
+    int group = a->M <= k->kn_one_pass_m ? (int)a->M : k->kn_max_m; /* rows of x per call */
+    float *part = thread_scratch(a, b);
+    for (int q = 0; q < IFL_KN_PIECES;) {
+        if (!(mask >> q & 1)) {
+            q++;
+            continue;
+        }
+        int q1 = q;
+        while (q1 + 1 < IFL_KN_PIECES && mask >> (q1 + 1) & 1)
+            q1++;
+        int32_t j0, j1, unused;
+        kn_piece_cols(r, q, &j0, &unused);
+        kn_piece_cols(r, q1, &unused, &j1);
+        q = q1 + 1;
+        if (c == 0)
+            for (int32_t m = 0; m < a->M; m++)
+                memset(part + (size_t)m * ldp + (size_t)j0 * cw, 0,
+                       (size_t)(j1 - j0) * (size_t)cw * sizeof *part);
+        for (int32_t m0 = 0; m0 < a->M; m0 += group) {
+            int M = a->M - m0 < group ? (int)(a->M - m0) : group;
+            k->kn_panels(part + (size_t)m0 * ldp, ldp, a->x + (size_t)m0 * r->K, r->K, r->K, c0,
+                         c1, a->W->data, r->NB, j0, j1, M, a->W->dtype);
+        }
+    }
+}
+
+/* Chunk c of piece q of band b for its own share, unless another has taken the piece over. */
+static int kn_claim_own(const kn_run *r, int b, int q, int32_t c)
+{
+    int held = b << 16 | c;
+    return atomic_compare_exchange_strong_explicit(&kn_piece(r, b, q)->claim, &held,
+                                                   b << 16 | (c + 1), memory_order_relaxed,
+                                                   memory_order_relaxed);
+}
+
+/* Share b's own band, chunk by chunk, over the pieces it still holds. */
+static void kn_own_band(const kn_run *r, int b)
+{
+    int32_t kb0, kb1, nc = kn_band(r, b, &kb0, &kb1);
+    if (nc == 0) { /* no rows of W: the band adds zeros in the finish */
+        memset(thread_scratch(r->a, b), 0, (size_t)r->a->M * (size_t)r->ldp * sizeof(float));
+        return;
+    }
+    unsigned pieces = 0;
+    for (int q = 0; q < IFL_KN_PIECES; q++) {
+        int32_t j0, j1;
+        kn_piece_cols(r, q, &j0, &j1);
+        pieces |= (unsigned)(j0 < j1) << q;
+    }
+    for (int32_t c = 0; c < nc; c++) {
+        unsigned mask = 0;
+        for (int q = 0; q < IFL_KN_PIECES; q++)
+            if (pieces >> q & 1 && (!r->take || kn_claim_own(r, b, q, c)))
+                mask |= 1u << q;
+        if (!mask)
+            return; /* every piece taken over */
+        kn_sum_chunk(r, b, c, mask);
+        if (r->take)
+            for (int q = 0; q < IFL_KN_PIECES; q++)
+                if (mask >> q & 1)
+                    atomic_store_explicit(&kn_piece(r, b, q)->done, c + 1, memory_order_release);
+        pieces = mask;
+    }
+}
+
+static void kn_wait_done(ifl_kn_piece *pc, int32_t chunks)
+{
+    for (unsigned spins = 1; atomic_load_explicit(&pc->done, memory_order_acquire) < chunks; spins++)
+        if (spins % 64 == 0)
+            sched_yield(); /* its share's thread may be waiting for this core */
+#if defined(__x86_64__) || defined(__i386__)
+        else
+            __builtin_ia32_pause();
+#endif
+}
+
+/* For share me, done with its band: takes over one piece of another band and sums the rest of
+ * it. 0 when no band has a piece to give (its share holds fewer than two with chunks left). */
+static int kn_take_piece(const kn_run *r, int me)
+{
+    int best = -1, best_q = 0;
+    int32_t best_left = 0;
+    for (int b = 0; b < r->nth; b++) {
+        int32_t kb0, kb1, nc = kn_band(r, b, &kb0, &kb1), left = 0;
+        int held = 0, last = 0;
+        for (int q = 0; q < IFL_KN_PIECES && b != me; q++) {
+            int32_t j0, j1;
+            kn_piece_cols(r, q, &j0, &j1);
+            int w = atomic_load_explicit(&kn_piece(r, b, q)->claim, memory_order_relaxed);
+            if (j0 < j1 && w >> 16 == b && (w & 0xffff) < nc) {
+                held++;
+                left += nc - (w & 0xffff);
+                last = q;
+            }
+        }
+        if (held >= 2 && left > best_left) {
+            best = b;
+            best_q = last;
+            best_left = left;
+        }
+    }
+    if (best < 0)
+        return 0;
+    int32_t kb0, kb1, nc = kn_band(r, best, &kb0, &kb1);
+    ifl_kn_piece *pc = kn_piece(r, best, best_q);
+    int w = atomic_load_explicit(&pc->claim, memory_order_relaxed);
+    if (w >> 16 != best || (w & 0xffff) >= nc ||
+        !atomic_compare_exchange_strong_explicit(&pc->claim, &w, me << 16 | (w & 0xffff),
+                                                 memory_order_relaxed, memory_order_relaxed))
+        return 1; /* its share moved on meanwhile: look again */
+    int32_t from = w & 0xffff;
+    kn_wait_done(pc, from);
+    for (int32_t c = from; c < nc; c++)
+        kn_sum_chunk(r, best, c, 1u << best_q);
+    atomic_fetch_add_explicit((atomic_int *)&r->a->kn_taken, 1, memory_order_relaxed);
+    return 1;
+}
+
+/* MM_KN, share ith: its own band, then pieces of the others' while any can be taken over. */
 static void matmul_kn(const ifl_matmul_args *a, int ith, int nth)
 {
     const ifl_mat *W = a->W;
-    const ifl_cpu_kernels *k = a->k;
-    int32_t K = W->rows, N = W->cols, ldp = pad32(N);
-    int32_t cw = ifl_panel_width(W->dtype), NB = (N + cw - 1) / cw;
+    int32_t N = W->cols, cw = ifl_panel_width(W->dtype);
+    kn_run r = {.a = a, .K = W->rows, .ldp = pad32(N), .NB = (N + cw - 1) / cw, .nth = nth};
+    size_t row_bytes = (size_t)r.ldp * 8 * ifl_dtype_size(W->dtype);
+    r.chunk = (int32_t)(L2_CHUNK_BYTES / row_bytes);
+    r.chunk = r.chunk < 1 ? 1 : r.chunk;
     int32_t kb0, kb1;
-    split((K + 7) / 8, ith, nth, 1, &kb0, &kb1);
-    float *part = thread_scratch(a, ith);
-    memset(part, 0, (size_t)a->M * (size_t)ldp * sizeof *part);
-    /* Panel rows in L2-sized chunks; every group of rows of x sweeps a chunk while it is in L2,
-     * so the weights come from memory once whatever M is. */
-    size_t row_bytes = (size_t)ldp * 8 * ifl_dtype_size(W->dtype);
-    int32_t chunk = (int32_t)(L2_CHUNK_BYTES / row_bytes);
-    chunk = chunk < 1 ? 1 : chunk;
-    int group = a->M <= k->kn_one_pass_m ? (int)a->M : k->kn_max_m; /* rows of x per call */
-    for (int32_t c0 = kb0; c0 < kb1; c0 += chunk) {
-        int32_t c1 = c0 + chunk < kb1 ? c0 + chunk : kb1;
-        for (int32_t m0 = 0; m0 < a->M; m0 += group) {
-            int M = a->M - m0 < group ? (int)(a->M - m0) : group;
-            k->kn_panels(part + (size_t)m0 * ldp, ldp, a->x + (size_t)m0 * K, K, K, c0, c1, W->data,
-                         NB, M, W->dtype);
-        }
-    }
+    r.take = nth > 1 && nth == a->n_threads && nth <= IFL_KN_MAX_SHARES &&
+             kn_band(&r, 0, &kb0, &kb1) < 0xffff; /* band 0 is the longest */
+    kn_own_band(&r, ith);
+    if (r.take)
+        while (kn_take_piece(&r, ith))
+            ;
 }
 
 /* MM_KN, after every thread's matmul_kn: y = y + p0 + p1 + ... (accumulate) or p0 + p1 + ...,
@@ -453,6 +611,12 @@ int ifl_matmul_plan(ifl_matmul_args *a)
         return -1; /* more rows than the partial sums were sized for */
     a->mode = a->w_is_nk ? MM_NK : MM_KN;
     atomic_store_explicit(&a->nk_next, 0, memory_order_relaxed);
+    atomic_store_explicit(&a->kn_taken, 0, memory_order_relaxed);
+    for (int b = 0; b < a->n_threads && b < IFL_KN_MAX_SHARES; b++)
+        for (int q = 0; q < IFL_KN_PIECES; q++) {
+            atomic_store_explicit(&a->kn_piece[b][q].claim, b << 16, memory_order_relaxed);
+            atomic_store_explicit(&a->kn_piece[b][q].done, 0, memory_order_relaxed);
+        }
     return 0;
 }
 
@@ -477,96 +641,4 @@ void ifl_matmul_finish_thread(const ifl_matmul_args *a, int ith, int nth)
 {
     if (a->mode == MM_KN)
         matmul_kn_finish(a, ith, nth);
-}
-
-/* ---- probes ---------------------------------------------------------------------------------- */
-
-typedef struct {
-    const ifl_cpu_kernels *k;
-    const float *p;
-    size_t n;
-    int64_t iters;
-    float sums[64];
-    double flops[64];
-} probe_ctx;
-
-static void probe_task(void *c_, int ith, int nth)
-{
-    probe_ctx *c = c_;
-    size_t per = c->n / (size_t)nth / 64 * 64;
-    c->sums[ith % 64] = c->k->stream_read(c->p + per * (size_t)ith, per);
-}
-
-int ifl_read_probe_init(ifl_read_probe *pr, size_t bytes)
-{
-    *pr = (ifl_read_probe){0};
-    float *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
-        return -1;
-#ifdef MADV_HUGEPAGE
-    madvise(p, bytes, MADV_HUGEPAGE);
-#endif
-    size_t n = bytes / sizeof(float);
-    for (size_t i = 0; i < n; i++)
-        p[i] = 1.0f;
-    pr->p = p;
-    pr->n = n;
-    return 0;
-}
-
-double ifl_read_probe_gbs(ifl_threadpool *tp, const ifl_read_probe *pr)
-{
-    if (!pr->p)
-        return 0;
-    probe_ctx c = {.k = cur(), .p = pr->p, .n = pr->n};
-    double t = ifl_now_s();
-    ifl_threadpool_run(tp, probe_task, &c);
-    t = ifl_now_s() - t;
-    int nth = ifl_threadpool_size(tp);
-    return (double)(pr->n / (size_t)nth / 64 * 64 * (size_t)nth) * sizeof(float) / t / 1e9;
-}
-
-void ifl_read_probe_free(ifl_read_probe *pr)
-{
-    if (pr->p)
-        munmap(pr->p, pr->n * sizeof(float));
-    *pr = (ifl_read_probe){0};
-}
-
-double ifl_memory_read_gbs(ifl_threadpool *tp, size_t bytes, int reps)
-{
-    ifl_read_probe pr;
-    if (ifl_read_probe_init(&pr, bytes))
-        return 0;
-    double best = 0;
-    for (int r = 0; r < reps; r++) {
-        double gbs = ifl_read_probe_gbs(tp, &pr);
-        best = gbs > best ? gbs : best;
-    }
-    ifl_read_probe_free(&pr);
-    return best;
-}
-
-static void fma_task(void *c_, int ith, int nth)
-{
-    (void)nth;
-    probe_ctx *c = c_;
-    c->flops[ith % 64] = c->k->fma_loop(c->iters, &c->sums[ith % 64]);
-}
-
-double ifl_fma_peak_gflops(ifl_threadpool *tp, const ifl_cpu_kernels *k, int reps)
-{
-    probe_ctx c = {.k = k ? k : cur(), .iters = 1 << 22};
-    int nth = ifl_threadpool_size(tp);
-    double best = 0;
-    for (int r = 0; r < reps; r++) {
-        double t = ifl_now_s();
-        ifl_threadpool_run(tp, fma_task, &c);
-        t = ifl_now_s() - t;
-        double flops = 0;
-        for (int i = 0; i < nth && i < 64; i++)
-            flops += c.flops[i];
-        best = flops / t / 1e9 > best ? flops / t / 1e9 : best;
-    }
-    return best;
 }

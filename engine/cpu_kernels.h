@@ -38,6 +38,17 @@ typedef enum {
  * Use: fill the fields, ifl_matmul_plan(), run ifl_matmul_thread on every thread, then, if
  * ifl_matmul_needs_finish(), ifl_matmul_finish_thread on every thread. accumulate and act are not
  * combined (the forward pass never needs both). */
+/* A product over (K, N) weights gives each of the pool's threads a band of W's rows (its share);
+ * a band's columns come in IFL_KN_PIECES pieces, and a thread done with its own band takes over
+ * the rest of a piece of a band whose thread still holds two or more (engine/cpu_kernels.c). Up to
+ * IFL_KN_MAX_SHARES shares; with more, each thread keeps its band. */
+#define IFL_KN_PIECES 4
+#define IFL_KN_MAX_SHARES 64
+typedef struct {
+    atomic_int claim; /* holder's share << 16 | the next chunk of the band's rows not yet begun */
+    atomic_int done;  /* chunks of this piece finished */
+} ifl_kn_piece;
+
 typedef struct {
     float *y;
     const float *x;
@@ -58,6 +69,10 @@ typedef struct {
     int mode;                        /* set by ifl_matmul_plan */
     atomic_int nk_next;              /* dot products (MM_NK): the next chunk to claim; reset by
                                         ifl_matmul_plan, so plan before every run */
+    int n_threads; /* the threads ifl_matmul_thread will run on (the pool's size): plan readies
+                      the pieces below for them; 0: each thread keeps its own band */
+    ifl_kn_piece kn_piece[IFL_KN_MAX_SHARES][IFL_KN_PIECES]; /* MM_KN, reset by plan */
+    atomic_int kn_taken; /* MM_KN: pieces taken over from another share in the last run */
 } ifl_matmul_args;
 
 /* Floats of per-thread scratch (64-byte aligned) for K <= max_k, N <= max_n (of (K, N) weights)
@@ -78,15 +93,16 @@ int32_t ifl_matmul_default_gemv_rows(const struct ifl_cpu_kernels *k, ifl_dtype 
  * the buffer cannot be allocated. */
 struct ifl_threadpool;
 double ifl_memory_read_gbs(struct ifl_threadpool *tp, size_t bytes, int reps);
-/* The same probe's buffer kept for one pass at a time (bench --engine runs a pass between slices
- * of a decode round's steps): init maps and fills `bytes` (-1 if it cannot), gbs reads it once
- * across the pool's threads and returns GB/s (0 for a buffer that failed to map), free unmaps. */
+/* The same probe's buffer kept (bench --engine reads it between slices of a decode round's
+ * steps): init maps and fills `bytes` (-1 if it cannot), gbs reads it `reps` times across the
+ * pool's threads and returns the fastest pass's GB/s (0 for a buffer that failed to map), free
+ * unmaps. */
 typedef struct {
     float *p;
     size_t n; /* floats */
 } ifl_read_probe;
 int ifl_read_probe_init(ifl_read_probe *pr, size_t bytes);
-double ifl_read_probe_gbs(struct ifl_threadpool *tp, const ifl_read_probe *pr);
+double ifl_read_probe_gbs(struct ifl_threadpool *tp, const ifl_read_probe *pr, int reps);
 void ifl_read_probe_free(ifl_read_probe *pr);
 /* Peak multiply-add rate of family k on the pool's threads, in GFLOP/s (2 per lane per FMA): the
  * best of `reps` runs of independent FMA chains on registers, for judging compute-bound figures. */

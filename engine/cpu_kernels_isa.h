@@ -100,11 +100,12 @@ _Static_assert(IFL_ATTN_Q1_BLOCKS == 4, "BY_Q1_BLOCKS has a case for each count 
 typedef struct ifl_cpu_kernels {
     ifl_isa isa;
     const char *desc; /* e.g. "AVX2+FMA+F16C kernels" */
-    /* acc (M, lda) += x (M, ldx) @ W for the 8-row panels kb0..kb1 of a KN8 matrix with K rows
-     * and NB panel columns; M in 1..max(kn_max_m, kn_one_pass_m). bf16 columns of acc are in
-     * bf16_group order. */
+    /* acc (M, lda) += x (M, ldx) @ W for the 8-row panels kb0..kb1 and panel columns jb0..jb1 of
+     * a KN8 matrix with K rows and NB panel columns (jb0 even); M in 1..max(kn_max_m,
+     * kn_one_pass_m). bf16 columns of acc are in bf16_group order. */
     void (*kn_panels)(float *acc, int32_t lda, const float *x, int32_t ldx, int32_t K, int32_t kb0,
-                      int32_t kb1, const void *W, int32_t NB, int M, ifl_dtype dt);
+                      int32_t kb1, const void *W, int32_t NB, int32_t jb0, int32_t jb1, int M,
+                      ifl_dtype dt);
     int kn_max_m;
     /* A product of at most this many rows runs as one call (its weights come from memory once
      * and are not swept again from L2); larger ones in groups of kn_max_m. 0: kn_max_m. */

@@ -111,13 +111,13 @@ IFL_ALWAYS_INLINE void load_unit(const char *p, const ifl_dtype dt, __m256 *v0, 
     }
 }
 
-/* acc (M, lda) += x @ W over 8-row panels kb0..kb1; each 512-byte block is read once (the second
+/* acc (M, lda) += x @ W over 8-row panels kb0..kb1, panel columns jb0..jb1; each 512-byte block is read once (the second
  * unit of a 16-bit block from L1). Every sum is one chain of fused multiply-adds in k order, the
  * order the register-blocked product keeps too, so a row's result does not depend on how many
  * rows share the call (the independent chains are the columns and the rows). */
 IFL_ALWAYS_INLINE void kn8_panels(float *acc, int32_t lda, const float *x, int32_t ldx, int32_t K,
-                                  int32_t kb0, int32_t kb1, const void *W, int32_t NB, const int M,
-                                  const ifl_dtype dt)
+                                  int32_t kb0, int32_t kb1, const void *W, int32_t NB,
+                                  int32_t jb0, int32_t jb1, const int M, const ifl_dtype dt)
 {
     const int cw = dt == IFL_DTYPE_F32 ? 16 : 32, units = dt == IFL_DTYPE_F32 ? 1 : 2;
     for (int32_t kb = kb0; kb < kb1; kb++) {
@@ -128,7 +128,7 @@ IFL_ALWAYS_INLINE void kn8_panels(float *acc, int32_t lda, const float *x, int32
                 xs[m][r] = k < K ? x[(size_t)m * ldx + k] : 0.0f;
             }
         const char *panel = (const char *)W + (size_t)kb * NB * 512;
-        for (int32_t jb = 0; jb < NB; jb++) {
+        for (int32_t jb = jb0; jb < jb1; jb++) {
             const char *blk = panel + (size_t)jb * 512;
             if (PF_ROWS(M))
                 for (int l = 0; l < 8; l++)
@@ -289,9 +289,10 @@ static void nk_widen_avx2(float *dst, const void *W, int32_t KB, int32_t g0, int
 }
 
 static void kn_panels_avx2(float *acc, int32_t lda, const float *x, int32_t ldx, int32_t K,
-                           int32_t kb0, int32_t kb1, const void *W, int32_t NB, int M, ifl_dtype dt)
+                           int32_t kb0, int32_t kb1, const void *W, int32_t NB, int32_t jb0,
+                           int32_t jb1, int M, ifl_dtype dt)
 {
-#define KN(MM, DT) kn8_panels(acc, lda, x, ldx, K, kb0, kb1, W, NB, MM, DT)
+#define KN(MM, DT) kn8_panels(acc, lda, x, ldx, K, kb0, kb1, W, NB, jb0, jb1, MM, DT)
     switch (M) {
     case 1: BY_DTYPE(KN, 1); break;
     case 2: BY_DTYPE(KN, 2); break;

@@ -89,8 +89,8 @@ IFL_ALWAYS_INLINE void load_panel_row(const char *p, const ifl_dtype dt, __m512 
  * of fused multiply-adds in k order, so a row's result does not depend on how many rows share the
  * call (the independent chains are the columns and the rows). */
 IFL_ALWAYS_INLINE void kn8_panels(float *acc, int32_t lda, const float *x, int32_t ldx, int32_t K,
-                                  int32_t kb0, int32_t kb1, const void *W, int32_t NB, const int M,
-                                  const ifl_dtype dt)
+                                  int32_t kb0, int32_t kb1, const void *W, int32_t NB,
+                                  int32_t jb0, int32_t jb1, const int M, const ifl_dtype dt)
 {
     const int cw = dt == IFL_DTYPE_F32 ? 16 : 32, halves = dt == IFL_DTYPE_F32 ? 1 : 2;
     const size_t blk_bytes = 512;
@@ -104,9 +104,9 @@ IFL_ALWAYS_INLINE void kn8_panels(float *acc, int32_t lda, const float *x, int32
         const char *panel = (const char *)W + (size_t)kb * NB * blk_bytes;
         /* f32: two panels at once (16-bit: the two halves of one), so that every row of x keeps
          * two independent chains going; each sum is still its own chain in k order */
-        for (int32_t jb = 0; jb < NB; jb += halves == 1 ? 2 : 1) {
+        for (int32_t jb = jb0; jb < jb1; jb += halves == 1 ? 2 : 1) {
             const char *blk = panel + (size_t)jb * blk_bytes;
-            const int two = halves == 2 || jb + 1 < NB;
+            const int two = halves == 2 || jb + 1 < jb1;
             for (int l = 0; l < (halves == 1 && two ? 16 : 8); l++)
                 PREFETCH(blk + PF_BYTES + 64 * l);
             __m512 a[8][2];
@@ -211,10 +211,10 @@ IFL_ALWAYS_INLINE void nk4_panels(float *y, int32_t ldy, const float *xp, int32_
     } while (0)
 
 static void kn_panels_avx512(float *acc, int32_t lda, const float *x, int32_t ldx, int32_t K,
-                             int32_t kb0, int32_t kb1, const void *W, int32_t NB, int M,
-                             ifl_dtype dt)
+                             int32_t kb0, int32_t kb1, const void *W, int32_t NB, int32_t jb0,
+                             int32_t jb1, int M, ifl_dtype dt)
 {
-#define KN(MM, DT) kn8_panels(acc, lda, x, ldx, K, kb0, kb1, W, NB, MM, DT)
+#define KN(MM, DT) kn8_panels(acc, lda, x, ldx, K, kb0, kb1, W, NB, jb0, jb1, MM, DT)
     BY_M8(KN);
 #undef KN
 }

@@ -4,13 +4,13 @@
 #include "cpu_kernels_isa.h"
 
 static void kn_panels_scalar(float *acc, int32_t lda, const float *x, int32_t ldx, int32_t K,
-                             int32_t kb0, int32_t kb1, const void *W, int32_t NB, int M,
-                             ifl_dtype dt)
+                             int32_t kb0, int32_t kb1, const void *W, int32_t NB, int32_t jb0,
+                             int32_t jb1, int M, ifl_dtype dt)
 {
     int32_t cw = ifl_panel_width(dt);
     size_t es = ifl_dtype_size(dt);
     for (int32_t kb = kb0; kb < kb1; kb++)
-        for (int32_t jb = 0; jb < NB; jb++) {
+        for (int32_t jb = jb0; jb < jb1; jb++) {
             size_t blk = ((size_t)kb * NB + (size_t)jb) * 8 * (size_t)cw;
             for (int r = 0; r < 8 && kb * 8 + r < K; r++) {
                 float w[32];

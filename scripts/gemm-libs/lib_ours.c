@@ -144,6 +144,7 @@ const char *lib_prepare(bench_call *c)
     st->a.max_n = s->N;
     st->a.max_m = c->M;
     st->a.gemv_max_rows = gemv_rows(c->dt);
+    st->a.n_threads = c->nth;
     st->a.W = &((const ours_weights *)c->w->priv)->mats[0];
     if (ifl_matmul_plan(&st->a))
         return "ifl_matmul_plan refused the case";

@@ -111,7 +111,8 @@ static void one_case(ifl_threadpool *tp, ifl_rng *rng, ifl_dtype dt, int nk, int
                          .max_n = max_k,
                          .max_m = 16,
                          .gemv_max_rows = gemv_rows,
-                         .blas = blas};
+                         .blas = blas,
+                         .n_threads = ifl_threadpool_size(tp)};
     /* above gemv_rows: sgemm when asked for (where built), else the family's own product, else
      * the streaming kernels still (always for dot products: the lm_head) */
     int streaming = M <= gemv_rows;
@@ -203,7 +204,8 @@ static int batch_invariance(ifl_threadpool *tp, ifl_rng *rng, ifl_dtype dt, int 
         ifl_matmul_args a = {.x = x, .W = &W, .w_is_nk = nk, .accumulate = accumulate && !nk,
                              .scratch = scratch, .scratch_floats = sf, .max_k = max_k,
                              .max_n = max_k, .max_m = max_m,
-                             .gemv_max_rows = ifl_matmul_default_gemv_rows(NULL, dt)};
+                             .gemv_max_rows = ifl_matmul_default_gemv_rows(NULL, dt),
+                             .n_threads = nth};
         a.y = y;
         a.M = M;
         memcpy(y, y0, (size_t)M * N * sizeof *y);
@@ -240,6 +242,75 @@ static int batch_invariance(ifl_threadpool *tp, ifl_rng *rng, ifl_dtype dt, int 
     free(y0);
     free(scratch);
     return bad ? 0 : 1;
+}
+
+/* The (K, N) products' pieces changing hands, on schedules fixed by the test: the two shares run
+ * one after the other on this thread, so the first to run finishes its band and takes over every
+ * piece but one of the other's before that one begins; then the other way round. Both must give
+ * the bits of the shares run on a pool of two (where pieces change hands or not, by timing), and
+ * the taking over must have happened. */
+static int pieces_taken_over(ifl_threadpool *tp2, ifl_rng *rng, ifl_dtype dt, int32_t M, int32_t K,
+                             int32_t N)
+{
+    ifl_mat W0 = {.dtype = dt, .rows = K, .cols = N};
+    size_t nw = (size_t)K * N;
+    float *wf = malloc(nw * sizeof *wf);
+    void *w = malloc(nw * 4);
+    for (size_t i = 0; i < nw; i++)
+        wf[i] = (float)ifl_rng_normal(rng) * 0.1f;
+    ifl_convert_from_f32(w, dt, wf, nw);
+    W0.data = w;
+    void *wp = aligned_alloc(
+        64, (ifl_layout_elems(IFL_LAYOUT_KN8, dt, K, N) * 4 + 63) & ~(size_t)63);
+    ifl_mat_repack(wp, IFL_LAYOUT_KN8, dt, &W0);
+    ifl_mat W = W0;
+    W.layout = IFL_LAYOUT_KN8;
+    W.data = wp;
+    float *x = malloc((size_t)M * K * sizeof *x);
+    float *y[3];
+    for (int i = 0; i < 3; i++)
+        y[i] = malloc((size_t)M * N * sizeof *y[i]);
+    for (size_t i = 0; i < (size_t)M * K; i++)
+        x[i] = (float)ifl_rng_normal(rng);
+    int32_t max_k = K > N ? K : N;
+    size_t sf = ifl_matmul_scratch_floats(max_k, max_k, M);
+    float *scratch = aligned_alloc(64, sf * 2 * sizeof(float));
+    int ok = 1;
+    for (int order = 0; order < 3; order++) { /* pool, share 0 first, share 1 first */
+        for (size_t i = 0; i < sf * 2; i++)
+            scratch[i] = NAN;
+        ifl_matmul_args a = {.y = y[order], .x = x, .M = M, .W = &W, .scratch = scratch,
+                             .scratch_floats = sf, .max_k = max_k, .max_n = max_k, .max_m = M,
+                             .gemv_max_rows = 1 << 20, .act = IFL_ACT_GELU_TANH, .n_threads = 2};
+        CHECK(ifl_matmul_plan(&a) == 0 && ifl_matmul_needs_finish(&a));
+        ctx_t c = {&a};
+        if (order == 0) {
+            ifl_threadpool_run(tp2, run_thread, &c);
+        } else {
+            ifl_matmul_thread(&a, order == 1 ? 0 : 1, 2);
+            ifl_matmul_thread(&a, order == 1 ? 1 : 0, 2);
+            int taken = atomic_load(&a.kn_taken);
+            if (taken != IFL_KN_PIECES - 1)
+                ok = 0;
+            CHECKF(taken == IFL_KN_PIECES - 1,
+                   "dtype %s M=%d K=%d N=%d, share %d first: %d pieces taken over, want %d",
+                   ifl_dtype_name(dt), M, K, N, order - 1, taken, IFL_KN_PIECES - 1);
+        }
+        ifl_threadpool_run(tp2, run_finish, &c);
+        if (order > 0 && memcmp(y[order], y[0], (size_t)M * N * sizeof(float))) {
+            ok = 0;
+            CHECKF(0, "dtype %s M=%d K=%d N=%d: share %d first differs from the pool's bits",
+                   ifl_dtype_name(dt), M, K, N, order - 1);
+        }
+    }
+    free(wf);
+    free(w);
+    free(wp);
+    free(x);
+    for (int i = 0; i < 3; i++)
+        free(y[i]);
+    free(scratch);
+    return ok;
 }
 
 int main(void)
@@ -290,6 +361,17 @@ int main(void)
                "row alone (1..110 rows)\n", nth, inv);
         ifl_threadpool_free(tp);
     }
+    ifl_threadpool *tp2 = ifl_threadpool_new(2);
+    int taken = 0;
+    for (int dt = 0; dt < 3; dt++) {
+        /* several chunks per band (768 x 2304: qkv's shape), one chunk, rows in groups */
+        taken += pieces_taken_over(tp2, &rng, (ifl_dtype)dt, 1, 768, 2304);
+        taken += pieces_taken_over(tp2, &rng, (ifl_dtype)dt, 3, 120, 512);
+        taken += pieces_taken_over(tp2, &rng, (ifl_dtype)dt, 7, 600, 200);
+    }
+    ifl_threadpool_free(tp2);
+    printf("pieces taken over: %d of 9 products with the pool's bits on both fixed schedules\n",
+           taken);
     printf("%d matmul cases (%s, isa %s), worst relative L2 error vs float64: %.3g\n", n_cases,
            test_quick() ? "3 threads" : "1 and 3 threads", ifl_isa_name(ifl_isa_current()), worst);
     free(case_scratch);
