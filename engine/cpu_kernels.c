@@ -98,6 +98,9 @@ enum {
     CONV_FLOATS = 1024 * 1024,   /* 4 MiB of f32: an unpacked weight block for sgemm (OpenBLAS packs
                                     it again; large blocks keep its calls efficient) */
     L2_CHUNK_BYTES = 256 * 1024, /* weights swept by every group of rows of x while in L2 */
+    KN_PASS_CHUNK_BYTES = 32 * 1024, /* MM_KN's chunks when one call takes every row of x: a
+                                        share taking a piece over waits for its holder to
+                                        finish one, so shorter is better there */
 };
 
 static inline int32_t pad32(int32_t n)
@@ -355,7 +358,8 @@ static void matmul_kn(const ifl_matmul_args *a, int ith, int nth)
     int32_t N = W->cols, cw = ifl_panel_width(W->dtype);
     kn_run r = {.a = a, .K = W->rows, .ldp = pad32(N), .NB = (N + cw - 1) / cw, .nth = nth};
     size_t row_bytes = (size_t)r.ldp * 8 * ifl_dtype_size(W->dtype);
-    r.chunk = (int32_t)(L2_CHUNK_BYTES / row_bytes);
+    int one_call = a->M <= a->k->kn_one_pass_m || a->M <= a->k->kn_max_m;
+    r.chunk = (int32_t)((one_call ? KN_PASS_CHUNK_BYTES : L2_CHUNK_BYTES) / row_bytes);
     r.chunk = r.chunk < 1 ? 1 : r.chunk;
     int32_t kb0, kb1;
     r.take = nth > 1 && nth == a->n_threads && nth <= IFL_KN_MAX_SHARES &&
