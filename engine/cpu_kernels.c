@@ -253,8 +253,8 @@ static void kn_sum_chunk(const kn_run *r, int b, int32_t c, unsigned mask)
                        (size_t)(j1 - j0) * (size_t)cw * sizeof *part);
         for (int32_t m0 = 0; m0 < a->M; m0 += group) {
             int M = a->M - m0 < group ? (int)(a->M - m0) : group;
-            k->kn_panels(part + (size_t)m0 * ldp, ldp, a->x + (size_t)m0 * r->K, r->K, r->K, c0,
-                         c1, a->W->data, r->NB, j0, j1, M, a->W->dtype);
+            k->kn_panels(part + (size_t)m0 * ldp, ldp, a->x + (size_t)m0 * r->K, r->K, r->K, c0, c1,
+                         a->W->data, r->NB, j0, j1, M, a->W->dtype);
         }
     }
 }
@@ -300,7 +300,8 @@ static void kn_own_band(const kn_run *r, int b)
 
 static void kn_wait_done(ifl_kn_piece *pc, int32_t chunks)
 {
-    for (unsigned spins = 1; atomic_load_explicit(&pc->done, memory_order_acquire) < chunks; spins++)
+    for (unsigned spins = 1; atomic_load_explicit(&pc->done, memory_order_acquire) < chunks;
+         spins++)
         if (spins % 64 == 0)
             sched_yield(); /* its share's thread may be waiting for this core */
 #if defined(__x86_64__) || defined(__i386__)

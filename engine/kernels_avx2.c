@@ -111,13 +111,14 @@ IFL_ALWAYS_INLINE void load_unit(const char *p, const ifl_dtype dt, __m256 *v0, 
     }
 }
 
-/* acc (M, lda) += x @ W over 8-row panels kb0..kb1, panel columns jb0..jb1; each 512-byte block is read once (the second
- * unit of a 16-bit block from L1). Every sum is one chain of fused multiply-adds in k order, the
- * order the register-blocked product keeps too, so a row's result does not depend on how many
- * rows share the call (the independent chains are the columns and the rows). */
+/* acc (M, lda) += x @ W over 8-row panels kb0..kb1, panel columns jb0..jb1; each 512-byte block is
+ * read once (the second unit of a 16-bit block from L1). Every sum is one chain of fused
+ * multiply-adds in k order, the order the register-blocked product keeps too, so a row's result
+ * does not depend on how many rows share the call (the independent chains are the columns and the
+ * rows). */
 IFL_ALWAYS_INLINE void kn8_panels(float *acc, int32_t lda, const float *x, int32_t ldx, int32_t K,
-                                  int32_t kb0, int32_t kb1, const void *W, int32_t NB,
-                                  int32_t jb0, int32_t jb1, const int M, const ifl_dtype dt)
+                                  int32_t kb0, int32_t kb1, const void *W, int32_t NB, int32_t jb0,
+                                  int32_t jb1, const int M, const ifl_dtype dt)
 {
     const int cw = dt == IFL_DTYPE_F32 ? 16 : 32, units = dt == IFL_DTYPE_F32 ? 1 : 2;
     for (int32_t kb = kb0; kb < kb1; kb++) {

@@ -89,8 +89,8 @@ IFL_ALWAYS_INLINE void load_panel_row(const char *p, const ifl_dtype dt, __m512 
  * of fused multiply-adds in k order, so a row's result does not depend on how many rows share the
  * call (the independent chains are the columns and the rows). */
 IFL_ALWAYS_INLINE void kn8_panels(float *acc, int32_t lda, const float *x, int32_t ldx, int32_t K,
-                                  int32_t kb0, int32_t kb1, const void *W, int32_t NB,
-                                  int32_t jb0, int32_t jb1, const int M, const ifl_dtype dt)
+                                  int32_t kb0, int32_t kb1, const void *W, int32_t NB, int32_t jb0,
+                                  int32_t jb1, const int M, const ifl_dtype dt)
 {
     const int cw = dt == IFL_DTYPE_F32 ? 16 : 32, halves = dt == IFL_DTYPE_F32 ? 1 : 2;
     const size_t blk_bytes = 512;

@@ -260,8 +260,8 @@ static int pieces_taken_over(ifl_threadpool *tp2, ifl_rng *rng, ifl_dtype dt, in
         wf[i] = (float)ifl_rng_normal(rng) * 0.1f;
     ifl_convert_from_f32(w, dt, wf, nw);
     W0.data = w;
-    void *wp = aligned_alloc(
-        64, (ifl_layout_elems(IFL_LAYOUT_KN8, dt, K, N) * 4 + 63) & ~(size_t)63);
+    void *wp =
+        aligned_alloc(64, (ifl_layout_elems(IFL_LAYOUT_KN8, dt, K, N) * 4 + 63) & ~(size_t)63);
     ifl_mat_repack(wp, IFL_LAYOUT_KN8, dt, &W0);
     ifl_mat W = W0;
     W.layout = IFL_LAYOUT_KN8;
@@ -279,9 +279,18 @@ static int pieces_taken_over(ifl_threadpool *tp2, ifl_rng *rng, ifl_dtype dt, in
     for (int order = 0; order < 3; order++) { /* pool, share 0 first, share 1 first */
         for (size_t i = 0; i < sf * 2; i++)
             scratch[i] = NAN;
-        ifl_matmul_args a = {.y = y[order], .x = x, .M = M, .W = &W, .scratch = scratch,
-                             .scratch_floats = sf, .max_k = max_k, .max_n = max_k, .max_m = M,
-                             .gemv_max_rows = 1 << 20, .act = IFL_ACT_GELU_TANH, .n_threads = 2};
+        ifl_matmul_args a = {.y = y[order],
+                             .x = x,
+                             .M = M,
+                             .W = &W,
+                             .scratch = scratch,
+                             .scratch_floats = sf,
+                             .max_k = max_k,
+                             .max_n = max_k,
+                             .max_m = M,
+                             .gemv_max_rows = 1 << 20,
+                             .act = IFL_ACT_GELU_TANH,
+                             .n_threads = 2};
         CHECK(ifl_matmul_plan(&a) == 0 && ifl_matmul_needs_finish(&a));
         ctx_t c = {&a};
         if (order == 0) {
