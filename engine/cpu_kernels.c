@@ -189,14 +189,15 @@ static void pad_x(float *xp, const float *x, int M, int32_t ldx, int32_t K, int3
 /* ---- MM_KN: bands, chunks, pieces ------------------------------------------------------------ *
  *
  * Share b owns band b of W's 8-row panels (ifl_kernel_band: what the register-blocked product
- * reproduces) and sums it into its partials (thread_scratch(b)), an L2-sized chunk of panels at a
- * time, every group of rows of x sweeping the chunk while it is in L2, all columns at once: one
- * sequential stream through the band. The columns come in IFL_KN_PIECES pieces, each claimed chunk
- * by chunk. A share done with its own band takes over the last piece of the band with the most
- * chunks left whose share still holds two or more: from the first chunk that share has not begun,
- * once it has finished the one before (the piece's `done`). Every column's sum is still one chain
- * in k order through its band, whoever adds each chunk, so every result keeps its bits; a fixed
- * half each left one of two threads idle 11-18% of a batch-1 step on a busy host (docs/perf.md). */
+ * reproduces) and sums it into its partials (thread_scratch(b)) a chunk of panels at a time, all
+ * columns at once: one sequential stream through the band. A chunk is L2-sized where the rows of
+ * x go in several groups (each sweeps it while it is in L2), 32 KiB where one call takes them all.
+ * The columns come in IFL_KN_PIECES pieces, each claimed chunk by chunk. A share done with its own
+ * band takes over the last piece of the band with the most chunks left whose share still holds two
+ * or more: from the first chunk that share has not begun, once it has finished the one before (the
+ * piece's `done`). Every column's sum is still one chain in k order through its band, whoever adds
+ * each chunk, so every result keeps its bits; the time lost to a fixed half each on a busy host
+ * went from 12.1% of the pool's time to 8.5% (docs/perf.md, 2026-12-05). */
 
 typedef struct {
     const ifl_matmul_args *a;
