@@ -202,6 +202,7 @@ static void pad_x(float *xp, const float *x, int M, int32_t ldx, int32_t K, int3
 typedef struct {
     const ifl_matmul_args *a;
     int32_t K, ldp, NB, chunk;
+    int group; /* rows of x per call of the panel kernel */
     int nth;
     int take; /* pieces can change hands (the pieces were readied for nth shares) */
 } kn_run;
@@ -234,7 +235,6 @@ static void kn_sum_chunk(const kn_run *r, int b, int32_t c, unsigned mask)
     kn_band(r, b, &kb0, &kb1);
     int32_t c0 = kb0 + c * r->chunk, c1 = c0 + r->chunk < kb1 ? c0 + r->chunk : kb1;
     int32_t cw = ifl_panel_width(a->W->dtype), ldp = r->ldp;
-    int group = a->M <= k->kn_one_pass_m ? (int)a->M : k->kn_max_m; /* rows of x per call */
     float *part = thread_scratch(a, b);
     for (int q = 0; q < IFL_KN_PIECES;) {
         if (!(mask >> q & 1)) {
@@ -252,8 +252,8 @@ static void kn_sum_chunk(const kn_run *r, int b, int32_t c, unsigned mask)
             for (int32_t m = 0; m < a->M; m++)
                 memset(part + (size_t)m * ldp + (size_t)j0 * cw, 0,
                        (size_t)(j1 - j0) * (size_t)cw * sizeof *part);
-        for (int32_t m0 = 0; m0 < a->M; m0 += group) {
-            int M = a->M - m0 < group ? (int)(a->M - m0) : group;
+        for (int32_t m0 = 0; m0 < a->M; m0 += r->group) {
+            int M = a->M - m0 < r->group ? (int)(a->M - m0) : r->group;
             k->kn_panels(part + (size_t)m0 * ldp, ldp, a->x + (size_t)m0 * r->K, r->K, r->K, c0, c1,
                          a->W->data, r->NB, j0, j1, M, a->W->dtype);
         }
@@ -360,8 +360,8 @@ static void matmul_kn(const ifl_matmul_args *a, int ith, int nth)
     int32_t N = W->cols, cw = ifl_panel_width(W->dtype);
     kn_run r = {.a = a, .K = W->rows, .ldp = pad32(N), .NB = (N + cw - 1) / cw, .nth = nth};
     size_t row_bytes = (size_t)r.ldp * 8 * ifl_dtype_size(W->dtype);
-    int one_call = a->M <= a->k->kn_one_pass_m || a->M <= a->k->kn_max_m;
-    r.chunk = (int32_t)((one_call ? KN_PASS_CHUNK_BYTES : L2_CHUNK_BYTES) / row_bytes);
+    r.group = a->M <= a->k->kn_one_pass_m ? (int)a->M : a->k->kn_max_m;
+    r.chunk = (int32_t)((r.group >= a->M ? KN_PASS_CHUNK_BYTES : L2_CHUNK_BYTES) / row_bytes);
     r.chunk = r.chunk < 1 ? 1 : r.chunk;
     int32_t kb0, kb1;
     r.take = nth > 1 && nth == a->n_threads && nth <= IFL_KN_MAX_SHARES &&

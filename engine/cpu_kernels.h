@@ -31,13 +31,6 @@ typedef enum {
     IFL_ACT_GELU_ERF = 2,
 } ifl_act;
 
-/* y (M, N) = [y +] x (M, K) @ op(W) + bias, then act. W is (K, N) when !w_is_nk (Conv1D weights)
- * or (N, K) when w_is_nk (the embedding used as lm_head: y = x @ W^T). Streaming calls (M up to
- * gemv_max_rows) need W in IFL_LAYOUT_KN8 (or NK4 when w_is_nk); larger ones (the family's
- * register-blocked product, or sgemm when blas is set) take any layout.
- * Use: fill the fields, ifl_matmul_plan(), run ifl_matmul_thread on every thread, then, if
- * ifl_matmul_needs_finish(), ifl_matmul_finish_thread on every thread. accumulate and act are not
- * combined (the forward pass never needs both). */
 /* A product over (K, N) weights gives each of the pool's threads a band of W's rows (its share);
  * a band's columns come in IFL_KN_PIECES pieces, and a thread done with its own band takes over
  * the rest of a piece of a band whose thread still holds two or more (engine/cpu_kernels.c). Up to
@@ -49,6 +42,13 @@ typedef struct {
     atomic_int done;  /* chunks of this piece finished */
 } ifl_kn_piece;
 
+/* y (M, N) = [y +] x (M, K) @ op(W) + bias, then act. W is (K, N) when !w_is_nk (Conv1D weights)
+ * or (N, K) when w_is_nk (the embedding used as lm_head: y = x @ W^T). Streaming calls (M up to
+ * gemv_max_rows) need W in IFL_LAYOUT_KN8 (or NK4 when w_is_nk); larger ones (the family's
+ * register-blocked product, or sgemm when blas is set) take any layout.
+ * Use: fill the fields, ifl_matmul_plan(), run ifl_matmul_thread on every thread, then, if
+ * ifl_matmul_needs_finish(), ifl_matmul_finish_thread on every thread. accumulate and act are not
+ * combined (the forward pass never needs both). */
 typedef struct {
     float *y;
     const float *x;

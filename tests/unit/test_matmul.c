@@ -169,24 +169,32 @@ out:
     free(bias);
 }
 
-/* Every row of an M-row product, on the family's default paths, bit-identical to that row alone:
- * the batcher's promise that a seeded request gives the same tokens whatever shares its steps. */
-static int batch_invariance(ifl_threadpool *tp, ifl_rng *rng, ifl_dtype dt, int nk, int32_t K,
-                            int32_t N, int accumulate, int32_t max_m)
+/* A random (rows, cols) matrix of dt in panel layout lay (64-byte aligned; free() it). */
+static void *random_panels(ifl_rng *rng, ifl_dtype dt, ifl_layout lay, int32_t rows, int32_t cols)
 {
-    ifl_mat W0 = {.dtype = dt, .rows = nk ? N : K, .cols = nk ? K : N};
-    size_t nw = (size_t)K * N;
+    ifl_mat W0 = {.dtype = dt, .rows = rows, .cols = cols};
+    size_t nw = (size_t)rows * cols;
     float *wf = malloc(nw * sizeof *wf);
     void *w = malloc(nw * 4);
     for (size_t i = 0; i < nw; i++)
         wf[i] = (float)ifl_rng_normal(rng) * 0.1f;
     ifl_convert_from_f32(w, dt, wf, nw);
     W0.data = w;
-    ifl_layout lay = nk ? IFL_LAYOUT_NK4 : IFL_LAYOUT_KN8;
-    void *wp = aligned_alloc(64, (ifl_layout_elems(lay, dt, W0.rows, W0.cols) * 4 + 63) & ~(size_t)63);
+    void *wp = aligned_alloc(64, (ifl_layout_elems(lay, dt, rows, cols) * 4 + 63) & ~(size_t)63);
     ifl_mat_repack(wp, lay, dt, &W0);
-    ifl_mat W = W0;
-    W.layout = lay;
+    free(wf);
+    free(w);
+    return wp;
+}
+
+/* Every row of an M-row product, on the family's default paths, bit-identical to that row alone:
+ * the batcher's promise that a seeded request gives the same tokens whatever shares its steps. */
+static int batch_invariance(ifl_threadpool *tp, ifl_rng *rng, ifl_dtype dt, int nk, int32_t K,
+                            int32_t N, int accumulate, int32_t max_m)
+{
+    ifl_layout lay = nk ? IFL_LAYOUT_NK4 : IFL_LAYOUT_KN8;
+    ifl_mat W = {.dtype = dt, .rows = nk ? N : K, .cols = nk ? K : N, .layout = lay};
+    void *wp = random_panels(rng, dt, lay, W.rows, W.cols);
     W.data = wp;
     float *x = malloc((size_t)max_m * K * sizeof *x);
     float *y = malloc((size_t)max_m * N * sizeof *y), *y1 = malloc((size_t)N * sizeof *y1);
@@ -233,8 +241,6 @@ static int batch_invariance(ifl_threadpool *tp, ifl_rng *rng, ifl_dtype dt, int 
             }
         }
     }
-    free(wf);
-    free(w);
     free(wp);
     free(x);
     free(y);
@@ -247,25 +253,13 @@ static int batch_invariance(ifl_threadpool *tp, ifl_rng *rng, ifl_dtype dt, int 
 /* The (K, N) products' pieces changing hands, on schedules fixed by the test: the two shares run
  * one after the other on this thread, so the first to run finishes its band and takes over every
  * piece but one of the other's before that one begins; then the other way round. Both must give
- * the bits of the shares run on a pool of two (where pieces change hands or not, by timing), and
- * the taking over must have happened. */
+ * the bits of the shares run on a pool of two with nothing taken over (n_threads 0: each thread
+ * keeps its band), and the taking over must have happened. */
 static int pieces_taken_over(ifl_threadpool *tp2, ifl_rng *rng, ifl_dtype dt, int32_t M, int32_t K,
                              int32_t N)
 {
-    ifl_mat W0 = {.dtype = dt, .rows = K, .cols = N};
-    size_t nw = (size_t)K * N;
-    float *wf = malloc(nw * sizeof *wf);
-    void *w = malloc(nw * 4);
-    for (size_t i = 0; i < nw; i++)
-        wf[i] = (float)ifl_rng_normal(rng) * 0.1f;
-    ifl_convert_from_f32(w, dt, wf, nw);
-    W0.data = w;
-    void *wp =
-        aligned_alloc(64, (ifl_layout_elems(IFL_LAYOUT_KN8, dt, K, N) * 4 + 63) & ~(size_t)63);
-    ifl_mat_repack(wp, IFL_LAYOUT_KN8, dt, &W0);
-    ifl_mat W = W0;
-    W.layout = IFL_LAYOUT_KN8;
-    W.data = wp;
+    void *wp = random_panels(rng, dt, IFL_LAYOUT_KN8, K, N);
+    ifl_mat W = {.dtype = dt, .rows = K, .cols = N, .layout = IFL_LAYOUT_KN8, .data = wp};
     float *x = malloc((size_t)M * K * sizeof *x);
     float *y[3];
     for (int i = 0; i < 3; i++)
@@ -276,7 +270,7 @@ static int pieces_taken_over(ifl_threadpool *tp2, ifl_rng *rng, ifl_dtype dt, in
     size_t sf = ifl_matmul_scratch_floats(max_k, max_k, M);
     float *scratch = aligned_alloc(64, sf * 2 * sizeof(float));
     int ok = 1;
-    for (int order = 0; order < 3; order++) { /* pool, share 0 first, share 1 first */
+    for (int order = 0; order < 3; order++) { /* pool, fixed bands; share 0 first; share 1 first */
         for (size_t i = 0; i < sf * 2; i++)
             scratch[i] = NAN;
         ifl_matmul_args a = {.y = y[order],
@@ -290,7 +284,7 @@ static int pieces_taken_over(ifl_threadpool *tp2, ifl_rng *rng, ifl_dtype dt, in
                              .max_m = M,
                              .gemv_max_rows = 1 << 20,
                              .act = IFL_ACT_GELU_TANH,
-                             .n_threads = 2};
+                             .n_threads = order == 0 ? 0 : 2};
         CHECK(ifl_matmul_plan(&a) == 0 && ifl_matmul_needs_finish(&a));
         ctx_t c = {&a};
         if (order == 0) {
@@ -308,12 +302,10 @@ static int pieces_taken_over(ifl_threadpool *tp2, ifl_rng *rng, ifl_dtype dt, in
         ifl_threadpool_run(tp2, run_finish, &c);
         if (order > 0 && memcmp(y[order], y[0], (size_t)M * N * sizeof(float))) {
             ok = 0;
-            CHECKF(0, "dtype %s M=%d K=%d N=%d: share %d first differs from the pool's bits",
+            CHECKF(0, "dtype %s M=%d K=%d N=%d: share %d first differs from fixed bands",
                    ifl_dtype_name(dt), M, K, N, order - 1);
         }
     }
-    free(wf);
-    free(w);
     free(wp);
     free(x);
     for (int i = 0; i < 3; i++)
