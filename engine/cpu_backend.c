@@ -147,24 +147,26 @@ static inline float *kv_v(const cpu_backend *be, int32_t block, int32_t layer, i
            ((size_t)(layer * 2 + 1) * be->H + (size_t)h) * (size_t)be->D * be->BS;
 }
 
-/* Appends k and v of every token of the step to its sequence's blocks. */
+/* Appends k and v of every token of the step to its sequence's blocks: share ith of the (token,
+ * head) pairs, so that at one token both threads' misses are in flight (the transposed keys put
+ * each of a head's D values on its own cache line, all of them cold after the weights' stream). */
 static void task_kv_write(void *ctx, int ith, int nth)
 {
     cpu_backend *be = ctx;
     const ifl_batch *b = be->batch;
-    int32_t C = be->C, D = be->D, BS = be->BS;
-    for (int32_t t = ith; t < b->n_tokens; t += nth) {
+    int32_t C = be->C, D = be->D, BS = be->BS, H = be->H, p0, p1;
+    ifl_kernel_split(b->n_tokens * H, ith, nth, 1, &p0, &p1);
+    for (int32_t p = p0; p < p1; p++) {
+        int32_t t = p / H, h = p % H;
         int32_t s = be->tok_seq[t], pos = be->tok_pos[t];
         int32_t block = b->block_tables[s][pos / BS], slot = pos % BS;
-        const float *k = be->qkv + (size_t)t * 3 * C + C;
+        const float *k = be->qkv + (size_t)t * 3 * C + C + (size_t)h * D;
         const float *v = k + C;
-        for (int32_t h = 0; h < be->H; h++) {
-            float *kd = kv_k(be, block, be->layer, h);
-            float *vd = kv_v(be, block, be->layer, h) + (size_t)slot * D;
-            for (int32_t d = 0; d < D; d++)
-                kd[(size_t)d * BS + slot] = k[h * D + d];
-            memcpy(vd, v + (size_t)h * D, (size_t)D * sizeof *vd);
-        }
+        float *kd = kv_k(be, block, be->layer, h);
+        float *vd = kv_v(be, block, be->layer, h) + (size_t)slot * D;
+        for (int32_t d = 0; d < D; d++)
+            kd[(size_t)d * BS + slot] = k[d];
+        memcpy(vd, v, (size_t)D * sizeof *vd);
     }
 }
 
