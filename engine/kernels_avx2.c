@@ -13,14 +13,15 @@
 #include <immintrin.h>
 
 #define PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
-/* How far ahead the streaming kernels prefetch W for more than one row of x, by the weights' size:
+/* How far ahead the streaming kernels prefetch W, by the weights' size:
  * 16-bit weights carry twice the weights per byte, and with 2048 bytes they fell behind when the
  * host's memory ran at ~60 GB/s (bf16 batch 1: 5.2-5.5 -> 4.8-5.3 ms with 4096, alternated; f32
- * no better with 4096). For one row they prefetch nothing: the hardware's stream prefetchers keep
+ * no better with 4096). For one row the (K, N) kernel prefetches nothing: the hardware's stream prefetchers keep
  * up with those sequential reads by themselves, and the software prefetches cost bandwidth where
  * memory reads ~60 GB/s (one-row kn8 products of GPT-2's shapes, bf16: 50-55 GB/s with them,
  * 59-64 without; batch 1 bf16 4.89 -> 4.73 ms, f32 8.98 -> 8.32 ms, alternated; level where memory
- * reads ~40). With two to four rows, dropping them was slower (batch 4 bf16 10.1 -> 12.0 ms). */
+ * reads ~40). With two to four rows, dropping them was slower (batch 4 bf16 10.1 -> 12.0 ms).
+ * The (N, K) panels' dot products prefetch for one row too: see nk4_panels. */
 #define PF_BYTES(dt) ((dt) == IFL_DTYPE_F32 ? 2048 : 4096)
 #define PF_ROWS(M) ((M) > 1)
 /* Rows of x per pass of the KN panel kernel: 12 accumulators, 2 registers of W and 1 broadcast of
@@ -208,7 +209,13 @@ IFL_ALWAYS_INLINE __m128 hsum8x4(__m256 a, __m256 b, __m256 c, __m256 d)
 /* y[m][n - g0 * 4] = x[m] . W[n] over 4-row panels g0..g1; up to three rows of x. Per 8 columns
  * of a block: x's 8 for every row, then each of the panel's 4 rows of W once for all of them (3 x
  * 4 accumulators, 3 of x, 1 of W: the sixteen registers; twelve multiply-adds per seven loads). A
- * sum's chain runs over the 8-column halves in k order, whatever M is. */
+ * sum's chain runs over the 8-column halves in k order, whatever M is.
+ * Prefetch: each block, its lines PF_BYTES ahead. One row (decode's lm_head) asks at each panel's
+ * start for its first lines PF_BYTES ahead, then each block for the next block's. That start
+ * repeats the lines the panel before asked for last, yet without it the one-row lm_head ran as
+ * slowly as with no prefetch at all (docs/perf.md, 2026-12-06: f16 lm_head medians 1.86 against
+ * 2.36 ms a step; the same in the avx512 family), and nothing on this host (no PMU) says why. More
+ * rows keep the prefetch as it was: their figures did not move clearly either way. */
 IFL_ALWAYS_INLINE void nk4_panels(float *y, int32_t ldy, const float *xp, int32_t KB, const void *W,
                                   int32_t g0, int32_t g1, int32_t N, const int M,
                                   const ifl_dtype dt)
@@ -221,11 +228,13 @@ IFL_ALWAYS_INLINE void nk4_panels(float *y, int32_t ldy, const float *xp, int32_
         for (int m = 0; m < M; m++)
             for (int r = 0; r < 4; r++)
                 acc[m][r] = _mm256_setzero_ps();
+        if (M == 1)
+            for (int l = 0; l < 4; l++)
+                PREFETCH(prow + PF_BYTES(dt) + 64 * l);
         for (int32_t kb = 0; kb < KB; kb++) {
             const char *blk = prow + (size_t)kb * 256;
-            if (PF_ROWS(M))
-                for (int l = 0; l < 4; l++)
-                    PREFETCH(blk + PF_BYTES(dt) + 64 * l);
+            for (int l = 0; l < 4; l++)
+                PREFETCH(blk + (M == 1 ? 256 : 0) + PF_BYTES(dt) + 64 * l);
             for (int u = 0; u < units; u++) {
                 for (int hf = 0; hf < 2; hf++) {
                     __m256 xv[3];

@@ -140,6 +140,9 @@ IFL_ALWAYS_INLINE void kn8_panels(float *acc, int32_t lda, const float *x, int32
     }
 }
 
+/* y[m][n - g0 * 4] = x[m] . W[n] over 4-row panels g0..g1, up to four rows of x. For one row the
+ * prefetch is the avx2 family's (see its nk4_panels): a panel's first lines as it starts, which
+ * made the one-row lm_head faster here too (docs/perf.md, 2026-12-06), then the next block's. */
 IFL_ALWAYS_INLINE void nk4_panels(float *y, int32_t ldy, const float *xp, int32_t KB, const void *W,
                                   int32_t g0, int32_t g1, int32_t N, const int M,
                                   const ifl_dtype dt)
@@ -153,10 +156,13 @@ IFL_ALWAYS_INLINE void nk4_panels(float *y, int32_t ldy, const float *xp, int32_
         for (int m = 0; m < M; m++)
             for (int r = 0; r < 4; r++)
                 acc[m][r] = _mm512_setzero_ps();
+        if (M == 1)
+            for (int l = 0; l < 4; l++)
+                PREFETCH(prow + PF_BYTES + 64 * l);
         for (int32_t kb = 0; kb < KB; kb++) {
             const char *blk = prow + (size_t)kb * blk_bytes;
             for (int l = 0; l < 4; l++)
-                PREFETCH(blk + PF_BYTES + 64 * l);
+                PREFETCH(blk + (M == 1 ? blk_bytes : 0) + PF_BYTES + 64 * l);
             __m512 w0[4], w1[4];
             for (int r = 0; r < 4; r++) {
                 w1[r] = _mm512_setzero_ps();
