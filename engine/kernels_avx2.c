@@ -13,15 +13,17 @@
 #include <immintrin.h>
 
 #define PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
-/* How far ahead the streaming kernels prefetch W, by the weights' size:
- * 16-bit weights carry twice the weights per byte, and with 2048 bytes they fell behind when the
- * host's memory ran at ~60 GB/s (bf16 batch 1: 5.2-5.5 -> 4.8-5.3 ms with 4096, alternated; f32
- * no better with 4096). For one row the (K, N) kernel prefetches nothing: the hardware's stream prefetchers keep
- * up with those sequential reads by themselves, and the software prefetches cost bandwidth where
- * memory reads ~60 GB/s (one-row kn8 products of GPT-2's shapes, bf16: 50-55 GB/s with them,
- * 59-64 without; batch 1 bf16 4.89 -> 4.73 ms, f32 8.98 -> 8.32 ms, alternated; level where memory
- * reads ~40). With two to four rows, dropping them was slower (batch 4 bf16 10.1 -> 12.0 ms).
- * The (N, K) panels' dot products prefetch for one row too: see nk4_panels. */
+/* How far ahead the streaming kernels prefetch W, by the weights' size: 16-bit weights carry twice
+ * the weights per byte, and with 2048 bytes they fell behind when the host's memory ran at ~60 GB/s
+ * (bf16 batch 1: 5.2-5.5 -> 4.8-5.3 ms with 4096, alternated; f32 no better with 4096). With two to
+ * four rows of x, dropping the prefetch was slower (batch 4 bf16 10.1 -> 12.0 ms).
+ * One row of x (decode) is different. There each block's own lines PF_BYTES ahead cost bandwidth
+ * where memory reads ~60 GB/s (one-row kn8 products of GPT-2's shapes, bf16: 50-55 GB/s with them,
+ * 59-64 without; batch 1 bf16 4.89 -> 4.73 ms, f32 8.98 -> 8.32 ms, alternated), so one row
+ * prefetched nothing. Another pattern made one row faster (docs/perf.md, 2026-12-06): the first
+ * lines PF_BYTES ahead as each panel (nk4) or each row of blocks (kn8) starts, then at each block
+ * the next block's. nk4 does that for every weight format, kn8 for 16-bit weights (f32 was slower
+ * with it in 5 of 5 rounds). */
 #define PF_BYTES(dt) ((dt) == IFL_DTYPE_F32 ? 2048 : 4096)
 #define PF_ROWS(M) ((M) > 1)
 /* Rows of x per pass of the KN panel kernel: 12 accumulators, 2 registers of W and 1 broadcast of
@@ -130,11 +132,15 @@ IFL_ALWAYS_INLINE void kn8_panels(float *acc, int32_t lda, const float *x, int32
                 xs[m][r] = k < K ? x[(size_t)m * ldx + k] : 0.0f;
             }
         const char *panel = (const char *)W + (size_t)kb * NB * 512;
+        const int row1 = M == 1 && dt != IFL_DTYPE_F32; /* one row's pattern, see PF_BYTES */
+        if (row1)
+            for (int l = 0; l < 8; l++)
+                PREFETCH(panel + (size_t)jb0 * 512 + PF_BYTES(dt) + 64 * l);
         for (int32_t jb = jb0; jb < jb1; jb++) {
             const char *blk = panel + (size_t)jb * 512;
-            if (PF_ROWS(M))
+            if (PF_ROWS(M) || row1)
                 for (int l = 0; l < 8; l++)
-                    PREFETCH(blk + PF_BYTES(dt) + 64 * l);
+                    PREFETCH(blk + (row1 ? 512 : 0) + PF_BYTES(dt) + 64 * l);
             if (M <= 2 && units == 2) { /* both units at once: twice the independent chains */
                 float *ap = acc + (size_t)jb * cw;
                 __m256 a[2][4];
