@@ -102,13 +102,20 @@ IFL_ALWAYS_INLINE void kn8_panels(float *acc, int32_t lda, const float *x, int32
                 xs[m][r] = k < K ? x[(size_t)m * ldx + k] : 0.0f;
             }
         const char *panel = (const char *)W + (size_t)kb * NB * blk_bytes;
+        /* one row of 16-bit weights: the avx2 family's one-row pattern (see its PF_BYTES note),
+         * the row's first lines as it starts, then the next block's each block (docs/perf.md,
+         * 2026-12-06: the (K, N) phases lower in 8 of 10 rounds) */
+        const int row1 = M == 1 && halves == 2;
+        if (row1)
+            for (int l = 0; l < 8; l++)
+                PREFETCH(panel + (size_t)jb0 * blk_bytes + PF_BYTES + 64 * l);
         /* f32: two panels at once (16-bit: the two halves of one), so that every row of x keeps
          * two independent chains going; each sum is still its own chain in k order */
         for (int32_t jb = jb0; jb < jb1; jb += halves == 1 ? 2 : 1) {
             const char *blk = panel + (size_t)jb * blk_bytes;
             const int two = halves == 2 || jb + 1 < jb1;
             for (int l = 0; l < (halves == 1 && two ? 16 : 8); l++)
-                PREFETCH(blk + PF_BYTES + 64 * l);
+                PREFETCH(blk + (row1 ? blk_bytes : 0) + PF_BYTES + 64 * l);
             __m512 a[8][2];
             for (int m = 0; m < M; m++) {
                 a[m][0] = _mm512_load_ps(acc + (size_t)m * lda + (size_t)jb * cw);
