@@ -219,9 +219,10 @@ IFL_ALWAYS_INLINE __m128 hsum8x4(__m256 a, __m256 b, __m256 c, __m256 d)
  * Prefetch: each block, its lines PF_BYTES ahead. One row (decode's lm_head) asks at each panel's
  * start for its first lines PF_BYTES ahead, then each block for the next block's. That start
  * repeats the lines the panel before asked for last, yet without it the one-row lm_head ran as
- * slowly as with no prefetch at all (docs/perf.md, 2026-12-06: f16 lm_head medians 1.86 against
- * 2.36 ms a step; the same in the avx512 family), and nothing on this host (no PMU) says why. More
- * rows keep the prefetch as it was: their figures did not move clearly either way. */
+ * slowly as with no prefetch at all (docs/perf.md, 2026-12-06: f16 lm_head medians 1.49-1.95 ms a
+ * step in four builds with it, 2.36-2.65 in three without; the same in the avx512 family), and
+ * nothing on this host (no PMU) says why. More rows keep the prefetch as it was: their figures did
+ * not move clearly either way. */
 IFL_ALWAYS_INLINE void nk4_panels(float *y, int32_t ldy, const float *xp, int32_t KB, const void *W,
                                   int32_t g0, int32_t g1, int32_t N, const int M,
                                   const ifl_dtype dt)
