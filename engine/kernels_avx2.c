@@ -141,7 +141,13 @@ IFL_ALWAYS_INLINE void kn8_panels(float *acc, int32_t lda, const float *x, int32
             if (PF_ROWS(M) || row1)
                 for (int l = 0; l < 8; l++)
                     PREFETCH(blk + (row1 ? 512 : 0) + PF_BYTES(dt) + 64 * l);
-            if (M <= 2 && units == 2) { /* both units at once: twice the independent chains */
+            /* 32 columns at once, four chains a row: a 16-bit block's two units, or for one row
+             * two f32 blocks (their columns lie side by side in acc). With one f32 block (two
+             * chains) one row of f32 weights ran at 80% of the floor against 86% (medians of
+             * 11 alternated runs, docs/perf.md 2026-12-06). */
+            const int pair = M == 1 && units == 1 && jb + 1 < jb1;
+            if ((M <= 2 && units == 2) || pair) {
+                const size_t second = pair ? 512 : 32; /* where the second 16 columns' row is */
                 float *ap = acc + (size_t)jb * cw;
                 __m256 a[2][4];
                 for (int m = 0; m < M; m++)
@@ -150,7 +156,7 @@ IFL_ALWAYS_INLINE void kn8_panels(float *acc, int32_t lda, const float *x, int32
                 for (int r = 0; r < 8; r++) {
                     __m256 v[4];
                     load_unit(blk + 64 * r, dt, &v[0], &v[1]);
-                    load_unit(blk + 64 * r + 32, dt, &v[2], &v[3]);
+                    load_unit(blk + 64 * r + second, dt, &v[2], &v[3]);
                     for (int m = 0; m < M; m++) {
                         __m256 xb = _mm256_set1_ps(xs[m][r]);
                         for (int q = 0; q < 4; q++)
@@ -160,6 +166,7 @@ IFL_ALWAYS_INLINE void kn8_panels(float *acc, int32_t lda, const float *x, int32
                 for (int m = 0; m < M; m++)
                     for (int q = 0; q < 4; q++)
                         _mm256_store_ps(ap + (size_t)m * lda + 8 * q, a[m][q]);
+                jb += pair;
                 continue;
             }
             for (int u = 0; u < units; u++) {
