@@ -114,11 +114,45 @@ IFL_ALWAYS_INLINE void load_unit(const char *p, const ifl_dtype dt, __m256 *v0, 
     }
 }
 
+/* One pass over 8 rows of W for 32 * g columns of acc (M rows; g = 2 only for one row): group h's
+ * first 16 columns from the units at row[2h] + 64 r, its next 16 from row[2h + 1] + 64 r. Each
+ * 8 columns of a row is one chain of fused multiply-adds in k order. */
+IFL_ALWAYS_INLINE void kn_pass(float *ap, int32_t lda, float xs[][8], const char *const row[4],
+                               const int M, const int g, const ifl_dtype dt)
+{
+    __m256 a[8]; /* row m, group h, 8 columns q: a[4 * (m + h) + q] (m or h is 0) */
+    for (int m = 0; m < M; m++)
+        for (int h = 0; h < g; h++)
+            for (int q = 0; q < 4; q++)
+                a[4 * (m + h) + q] = _mm256_load_ps(ap + (size_t)m * lda + 32 * h + 8 * q);
+    for (int r = 0; r < 8; r++)
+        for (int h = 0; h < g; h++) {
+            __m256 v[4];
+            load_unit(row[2 * h] + 64 * r, dt, &v[0], &v[1]);
+            load_unit(row[2 * h + 1] + 64 * r, dt, &v[2], &v[3]);
+            for (int m = 0; m < M; m++) {
+                __m256 xb = _mm256_set1_ps(xs[m][r]);
+                for (int q = 0; q < 4; q++)
+                    a[4 * (m + h) + q] = _mm256_fmadd_ps(xb, v[q], a[4 * (m + h) + q]);
+            }
+        }
+    for (int m = 0; m < M; m++)
+        for (int h = 0; h < g; h++)
+            for (int q = 0; q < 4; q++)
+                _mm256_store_ps(ap + (size_t)m * lda + 32 * h + 8 * q, a[4 * (m + h) + q]);
+}
+
 /* acc (M, lda) += x @ W over 8-row panels kb0..kb1, panel columns jb0..jb1; each 512-byte block is
  * read once (the second unit of a 16-bit block from L1). Every sum is one chain of fused
  * multiply-adds in k order, the order the register-blocked product keeps too, so a row's result
  * does not depend on how many rows share the call (the independent chains are the columns and the
- * rows). */
+ * rows).
+ * More chains at once for few rows: up to two rows take a 16-bit block's two units together (four
+ * chains a row); one row takes two f32 blocks together (four chains; their columns lie side by
+ * side in acc) and two bf16 blocks (eight). One row of weights through one f32 block at a time
+ * ran at 80% of the floor against 86% two at a time, bf16 one block at a time 80% against 88%
+ * (medians of 11 and 8 alternated runs); f16 two blocks at a time was no faster (docs/perf.md,
+ * 2026-12-06). */
 IFL_ALWAYS_INLINE void kn8_panels(float *acc, int32_t lda, const float *x, int32_t ldx, int32_t K,
                                   int32_t kb0, int32_t kb1, const void *W, int32_t NB, int32_t jb0,
                                   int32_t jb1, const int M, const ifl_dtype dt)
@@ -138,43 +172,36 @@ IFL_ALWAYS_INLINE void kn8_panels(float *acc, int32_t lda, const float *x, int32
                 PREFETCH(panel + (size_t)jb0 * 512 + PF_BYTES(dt) + 64 * l);
         for (int32_t jb = jb0; jb < jb1; jb++) {
             const char *blk = panel + (size_t)jb * 512;
+            /* blocks in this pass: two where one row of f32 or bf16 has a second block left */
+            const int nb = M == 1 && dt != IFL_DTYPE_F16 && jb + 1 < jb1 ? 2 : 1;
             if (PF_ROWS(M) || row1)
                 for (int l = 0; l < 8; l++)
                     PREFETCH(blk + (row1 ? 512 : 0) + PF_BYTES(dt) + 64 * l);
-            /* 32 columns at once, four chains a row: a 16-bit block's two units, or for one row
-             * two f32 blocks (their columns lie side by side in acc). With one f32 block (two
-             * chains) one row of f32 weights ran at 80% of the floor against 86% (medians of
-             * 11 alternated runs, docs/perf.md 2026-12-06). */
-            const int pair = M == 1 && units == 1 && jb + 1 < jb1;
-            if ((M <= 2 && units == 2) || pair) {
-                const size_t second = pair ? 512 : 32; /* where the second 16 columns' row is */
-                float *ap = acc + (size_t)jb * cw;
-                __m256 a[2][4];
-                for (int m = 0; m < M; m++)
-                    for (int q = 0; q < 4; q++)
-                        a[m][q] = _mm256_load_ps(ap + (size_t)m * lda + 8 * q);
-                for (int r = 0; r < 8; r++) {
-                    __m256 v[4];
-                    load_unit(blk + 64 * r, dt, &v[0], &v[1]);
-                    load_unit(blk + 64 * r + second, dt, &v[2], &v[3]);
-                    for (int m = 0; m < M; m++) {
-                        __m256 xb = _mm256_set1_ps(xs[m][r]);
-                        for (int q = 0; q < 4; q++)
-                            a[m][q] = _mm256_fmadd_ps(xb, v[q], a[m][q]);
-                    }
+            float *ap = acc + (size_t)jb * cw;
+            if (units == 2 && (M <= 2 || nb == 2)) {
+                const char *row[4] = {blk, blk + 32, blk + 512, blk + 544};
+                if (nb == 1) {
+                    kn_pass(ap, lda, xs, row, M, 1, dt);
+                    continue;
                 }
-                for (int m = 0; m < M; m++)
-                    for (int q = 0; q < 4; q++)
-                        _mm256_store_ps(ap + (size_t)m * lda + 8 * q, a[m][q]);
-                jb += pair;
+                kn_pass(ap, lda, xs, row, 1, 2, dt);
+                for (int l = 0; l < 8; l++) /* the block after the next one's, after the pass */
+                    PREFETCH(blk + 1024 + PF_BYTES(dt) + 64 * l);
+                jb++;
+                continue;
+            }
+            if (nb == 2) {
+                const char *row[4] = {blk, blk + 512, NULL, NULL};
+                kn_pass(ap, lda, xs, row, 1, 1, dt);
+                jb++;
                 continue;
             }
             for (int u = 0; u < units; u++) {
-                float *ap = acc + (size_t)jb * cw + 16 * u;
+                float *up = ap + 16 * u;
                 __m256 a[KN_MAX_M][2];
                 for (int m = 0; m < M; m++) {
-                    a[m][0] = _mm256_load_ps(ap + (size_t)m * lda);
-                    a[m][1] = _mm256_load_ps(ap + (size_t)m * lda + 8);
+                    a[m][0] = _mm256_load_ps(up + (size_t)m * lda);
+                    a[m][1] = _mm256_load_ps(up + (size_t)m * lda + 8);
                 }
                 for (int r = 0; r < 8; r++) {
                     __m256 v0, v1;
@@ -186,8 +213,8 @@ IFL_ALWAYS_INLINE void kn8_panels(float *acc, int32_t lda, const float *x, int32
                     }
                 }
                 for (int m = 0; m < M; m++) {
-                    _mm256_store_ps(ap + (size_t)m * lda, a[m][0]);
-                    _mm256_store_ps(ap + (size_t)m * lda + 8, a[m][1]);
+                    _mm256_store_ps(up + (size_t)m * lda, a[m][0]);
+                    _mm256_store_ps(up + (size_t)m * lda + 8, a[m][1]);
                 }
             }
         }
