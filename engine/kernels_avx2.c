@@ -149,10 +149,10 @@ IFL_ALWAYS_INLINE void kn_pass(float *ap, int32_t lda, float xs[][8], const char
  * rows).
  * More chains at once for few rows: up to two rows take a 16-bit block's two units together (four
  * chains a row); one row takes two f32 blocks together (four chains; their columns lie side by
- * side in acc) and two bf16 blocks (eight). One row of weights through one f32 block at a time
- * ran at 80% of the floor against 86% two at a time, bf16 one block at a time 80% against 88%
- * (medians of 11 and 8 alternated runs); f16 two blocks at a time was no faster (docs/perf.md,
- * 2026-12-06). */
+ * side in acc) and two bf16 blocks (eight). One row of f32 weights ran at 85% of the floor one
+ * block at a time against 88% two at a time (medians of 11 alternated runs: higher in 8, level in
+ * 2), bf16 at 80.5% against 88% (8 runs, higher in all 8); f16 two blocks at a time was lower
+ * (80.5% against 84%, 12 runs). docs/perf.md, 2026-12-06. */
 IFL_ALWAYS_INLINE void kn8_panels(float *acc, int32_t lda, const float *x, int32_t ldx, int32_t K,
                                   int32_t kb0, int32_t kb1, const void *W, int32_t NB, int32_t jb0,
                                   int32_t jb1, const int M, const ifl_dtype dt)
