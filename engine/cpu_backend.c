@@ -491,9 +491,10 @@ static void cpu_describe(const ifl_backend *base, char *buf, int cap)
     char mm[128];
     kernels_desc(be, mm, sizeof mm);
     snprintf(buf, (size_t)cap,
-             "cpu: %d thread%s, %s, weights %s, KV pool %d blocks x %d tokens (%.0f MiB)", be->nth,
-             be->nth == 1 ? "" : "s", mm, ifl_model_dtype_name(base->model), base->params.kv_blocks,
-             base->params.kv_block_size, (double)be->kv_bytes / (1024.0 * 1024.0));
+             "cpu: %d thread%s, %s, weights %s, KV pool %d blocks x %d tokens (%.0f MiB%s)",
+             be->nth, be->nth == 1 ? "" : "s", mm, ifl_model_dtype_name(base->model),
+             base->params.kv_blocks, base->params.kv_block_size,
+             (double)be->kv_bytes / (1024.0 * 1024.0), base->params.prefault ? ", prefaulted" : "");
 }
 
 /* The matrices in the panel layouts the decode kernels read (tensor.h): taken as they are when the
