@@ -178,12 +178,13 @@ IFL_ALWAYS_INLINE void kn8_panels(float *acc, int32_t lda, const float *x, int32
                 for (int l = 0; l < 8; l++)
                     PREFETCH(blk + (row1 ? 512 : 0) + PF_BYTES(dt) + 64 * l);
             float *ap = acc + (size_t)jb * cw;
-            if (units == 2 && (M <= 2 || nb == 2)) {
+            if (units == 2 && nb == 1 && M <= 2) {
+                const char *row[4] = {blk, blk + 32, NULL, NULL};
+                kn_pass(ap, lda, xs, row, M, 1, dt);
+                continue;
+            }
+            if (units == 2 && nb == 2) { /* the next block's rows only where there is one */
                 const char *row[4] = {blk, blk + 32, blk + 512, blk + 544};
-                if (nb == 1) {
-                    kn_pass(ap, lda, xs, row, M, 1, dt);
-                    continue;
-                }
                 kn_pass(ap, lda, xs, row, 1, 2, dt);
                 for (int l = 0; l < 8; l++) /* the block after the next one's, after the pass */
                     PREFETCH(blk + 1024 + PF_BYTES(dt) + 64 * l);
