@@ -577,7 +577,7 @@ static int bench_engine(int argc, char **argv)
             IFL_DEFAULT_BACKEND_MAX_TOKENS > max_b ? IFL_DEFAULT_BACKEND_MAX_TOKENS : max_b,
         .sgemm_above = o.sgemm_above,
         /* the pool's pages faulted in before the timed steps, as a serving process's are after
-         * its first requests: at batch 1 the first touches of each KV block cost ~0.2 ms a step
+         * its first requests: at batch 1 the first touches of each KV block cost ~0.15 ms a step
          * (f16, 7.2 ms steps, docs/perf.md 2026-12-06), a start-up cost, not decode's */
         .prefault = 1,
     };
