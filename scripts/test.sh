@@ -2,9 +2,9 @@
 # test.sh: sets up a fresh Debian 12 machine (scripts/setup.sh), builds, and runs every test:
 #   1. the Release build and the whole CTest suite;
 #   2. an ASan/UBSan build and the suite again (except the benchmarks-sized tests);
-#   3. ThreadSanitizer over the FIFO, the batcher, the thread pool and kernels, and the server under
-#      load (built without OpenBLAS, which is not instrumented; the kernel tests' vector families,
-#      whose threading is the scalar one's);
+#   3. ThreadSanitizer over the FIFO, the batcher, the thread pool, the work ranges, the kernels,
+#      and the server under load (built without OpenBLAS, which is not instrumented; the kernel
+#      tests' vector families, whose threading is the scalar one's);
 #   4. valgrind memcheck over the model-loading, tokenizer and forward-pass tests (the scalar and
 #      avx2 kernel families: valgrind cannot run AVX-512 code);
 #   5. aarch64: the engine cross-compiled with Debian's gcc-aarch64-linux-gnu (scalar kernels) and
@@ -90,7 +90,7 @@ scripts/build.sh build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DINFLIGHT_TSAN=ON
   -DINFLIGHT_CUDA=OFF "${native[@]}"
 IFL_TEST_QUICK=1 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
   ctest --test-dir build-tsan --output-on-failure --no-tests=error -j "$jobs" \
-  -R 'test_fifo|test_batcher|test_batched|test_prefix_cache|test_matmul|test_threadpool|test_client|integration_load|integration_cancel_close|integration_wire|integration_history_stream|integration_conversation|db_load|db_failures' \
+  -R 'test_fifo|test_batcher|test_batched|test_prefix_cache|test_matmul|test_threadpool|test_work_ranges|test_client|integration_load|integration_cancel_close|integration_wire|integration_history_stream|integration_conversation|db_load|db_failures' \
   -E '_scalar$'
 end
 
