@@ -32,6 +32,8 @@ void ifl_work_ranges_free(ifl_work_ranges *w)
 
 void ifl_work_ranges_reset(ifl_work_ranges *w, int32_t n_items)
 {
+    if (n_items < 0)
+        n_items = 0; /* cast to uint32 below, a negative count would hand out ~4e9 items */
     for (int s = 0; s < w->n; s++) {
         int64_t a = (int64_t)n_items * s / w->n, b = (int64_t)n_items * (s + 1) / w->n;
         atomic_store_explicit(&w->slot[(size_t)s * IFL_WORK_RANGES_STRIDE],

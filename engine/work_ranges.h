@@ -20,7 +20,7 @@ typedef struct {
 int ifl_work_ranges_init(ifl_work_ranges *w, int n);
 void ifl_work_ranges_free(ifl_work_ranges *w);
 /* Items [0, n_items) split into the shares' ranges: share s gets [n_items * s / n,
- * n_items * (s + 1) / n). Not concurrent with claims. */
+ * n_items * (s + 1) / n); a negative n_items counts as 0. Not concurrent with claims. */
 void ifl_work_ranges_reset(ifl_work_ranges *w, int32_t n_items);
 /* The next item for share s: the front of its own range, else the back of the range with the
  * most items left; -1 when none is left anywhere. Every item is returned exactly once per reset. */

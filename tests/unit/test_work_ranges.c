@@ -2,7 +2,7 @@
  * one share alone walks its own range front to back, then takes from the back of the fullest
  * other range; with every share of a thread pool claiming at once (more shares than cores, items
  * from none to thousands, a share that sleeps first so that the others take its items), every
- * item comes out exactly once per reset; bad sizes are refused. */
+ * item comes out exactly once per reset; bad sizes are refused, a negative count hands out none. */
 #include <stdatomic.h>
 #include <stdint.h>
 #include <time.h>
@@ -54,6 +54,9 @@ static void check_order(void)
     CHECK(ifl_work_ranges_claim(&w, 0) == -1);
     ifl_work_ranges_reset(&w, 0);
     CHECK(ifl_work_ranges_claim(&w, 2) == -1);
+    ifl_work_ranges_reset(&w, -7); /* a negative count hands out nothing */
+    for (int s = 0; s < 3; s++)
+        CHECKF(ifl_work_ranges_claim(&w, s) == -1, "share %d claimed an item of a -7 reset", s);
     ifl_work_ranges_reset(&w, 2); /* fewer items than shares: [0,0) [0,1) [1,2) */
     CHECK(ifl_work_ranges_claim(&w, 0) == 0);
     CHECK(ifl_work_ranges_claim(&w, 0) == 1);
