@@ -8,6 +8,7 @@
 #include <math.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "cpu_kernels_isa.h"
@@ -220,9 +221,15 @@ static void kn_piece_cols(const kn_run *r, int q, int32_t *j0, int32_t *j1)
     split(r->NB, q, IFL_KN_PIECES, 2, j0, j1);
 }
 
+/* what the threads write at every chunk lies a cache line or more from anything else */
+_Static_assert(offsetof(ifl_kn_share, piece) >= 64 &&
+                   offsetof(ifl_matmul_args, nk_next) - offsetof(ifl_matmul_args, pad_nk) >= 64 &&
+                   offsetof(ifl_matmul_args, kn_taken) - offsetof(ifl_matmul_args, pad_taken) >= 64,
+               "the pieces' counters want a cache line of padding before them");
+
 static inline ifl_kn_piece *kn_piece(const kn_run *r, int b, int q)
 {
-    return (ifl_kn_piece *)&r->a->kn_piece[b][q];
+    return (ifl_kn_piece *)&r->a->kn_share[b].piece[q];
 }
 
 /* Chunk c of band b over the pieces in mask (adjacent ones as one range of columns); the first
@@ -620,8 +627,8 @@ int ifl_matmul_plan(ifl_matmul_args *a)
     atomic_store_explicit(&a->kn_taken, 0, memory_order_relaxed);
     for (int b = 0; b < a->n_threads && b < IFL_KN_MAX_SHARES; b++)
         for (int q = 0; q < IFL_KN_PIECES; q++) {
-            atomic_store_explicit(&a->kn_piece[b][q].claim, b << 16, memory_order_relaxed);
-            atomic_store_explicit(&a->kn_piece[b][q].done, 0, memory_order_relaxed);
+            atomic_store_explicit(&a->kn_share[b].piece[q].claim, b << 16, memory_order_relaxed);
+            atomic_store_explicit(&a->kn_share[b].piece[q].done, 0, memory_order_relaxed);
         }
     return 0;
 }

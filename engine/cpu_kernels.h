@@ -41,6 +41,14 @@ typedef struct {
     atomic_int claim; /* holder's share << 16 | the next chunk of the band's rows not yet begun */
     atomic_int done;  /* chunks of this piece finished */
 } ifl_kn_piece;
+/* One share's pieces behind a cache line of padding, so that no two shares' pieces (each written
+ * at every chunk by its own thread) and nothing else in ifl_matmul_args share a 64-byte line,
+ * whatever the struct's alignment: two bands' pieces on one line cost about 8% of a batch-1 step
+ * (docs/perf.md, 2026-12-06). */
+typedef struct {
+    char pad[64];
+    ifl_kn_piece piece[IFL_KN_PIECES];
+} ifl_kn_share;
 
 /* y (M, N) = [y +] x (M, K) @ op(W) + bias, then act. W is (K, N) when !w_is_nk (Conv1D weights)
  * or (N, K) when w_is_nk (the embedding used as lm_head: y = x @ W^T). Streaming calls (M up to
@@ -58,20 +66,23 @@ typedef struct {
     const float *bias; /* (N) or NULL */
     int accumulate;    /* 1: add into y (residual) */
     ifl_act act;
-    float *scratch;              /* per-thread scratch, scratch_floats each (64-byte aligned) */
-    size_t scratch_floats;       /* from ifl_matmul_scratch_floats(max_k, max_n, max_m) */
-    int32_t max_k, max_n, max_m; /* the limits the scratch was sized for */
-    int32_t gemv_max_rows;       /* streaming kernels up to this many rows; above: the family's
-                                    register-blocked product, else OpenBLAS (blas), else still
-                                    the streaming kernels */
-    int blas;                    /* 1: above gemv_max_rows use OpenBLAS sgemm (where built) */
+    float *scratch;                  /* per-thread scratch, scratch_floats each (64-byte aligned) */
+    size_t scratch_floats;           /* from ifl_matmul_scratch_floats(max_k, max_n, max_m) */
+    int32_t max_k, max_n, max_m;     /* the limits the scratch was sized for */
+    int32_t gemv_max_rows;           /* streaming kernels up to this many rows; above: the family's
+                                        register-blocked product, else OpenBLAS (blas), else still
+                                        the streaming kernels */
+    int blas;                        /* 1: above gemv_max_rows use OpenBLAS sgemm (where built) */
     const struct ifl_cpu_kernels *k; /* the family; NULL: ifl_isa_current()'s */
     int mode;                        /* set by ifl_matmul_plan */
-    atomic_int nk_next;              /* dot products (MM_NK): the next chunk to claim; reset by
-                                        ifl_matmul_plan, so plan before every run */
     int n_threads; /* the threads ifl_matmul_thread will run on (the pool's size): plan readies
                       the pieces below for them; 0: each thread keeps its own band */
-    ifl_kn_piece kn_piece[IFL_KN_MAX_SHARES][IFL_KN_PIECES]; /* MM_KN, reset by plan */
+    /* written while the threads run, each behind a cache line of padding (see ifl_kn_share) */
+    char pad_nk[64];
+    atomic_int nk_next; /* dot products (MM_NK): the next chunk to claim; reset by
+                           ifl_matmul_plan, so plan before every run */
+    ifl_kn_share kn_share[IFL_KN_MAX_SHARES]; /* MM_KN, reset by plan */
+    char pad_taken[64];
     atomic_int kn_taken; /* MM_KN: pieces taken over from another share in the last run */
 } ifl_matmul_args;
 
