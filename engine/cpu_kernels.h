@@ -43,8 +43,8 @@ typedef struct {
 } ifl_kn_piece;
 /* One share's pieces behind a cache line of padding, so that no two shares' pieces (each written
  * at every chunk by its own thread) and nothing else in ifl_matmul_args share a 64-byte line,
- * whatever the struct's alignment: two bands' pieces on one line cost about 8% of a batch-1 step
- * (docs/perf.md, 2026-12-06). */
+ * whatever the struct's alignment: two bands' pieces on one line made the one-row bf16 products
+ * 2-11% slower (docs/perf.md, 2026-12-06). */
 typedef struct {
     char pad[64];
     ifl_kn_piece piece[IFL_KN_PIECES];
