@@ -149,10 +149,12 @@ IFL_ALWAYS_INLINE void kn_pass(float *ap, int32_t lda, float xs[][8], const char
  * rows).
  * More chains at once for few rows: up to two rows take a 16-bit block's two units together (four
  * chains a row); one row takes two f32 blocks together (four chains; their columns lie side by
- * side in acc) and two bf16 blocks (eight). One row of f32 weights ran at 85% of the floor one
+ * side in acc) and two 16-bit blocks (eight). One row of f32 weights ran at 85% of the floor one
  * block at a time against 88% two at a time (medians of 11 alternated runs: higher in 8, level in
- * 2), bf16 at 80.5% against 88% (8 runs, higher in all 8); f16 two blocks at a time was lower
- * (80.5% against 84%, 12 runs). docs/perf.md, 2026-12-06. */
+ * 2), bf16 at 80.5% against 88% (8 runs, higher in all 8). f16 two at a time was lower while two
+ * bands' piece counters shared a cache line (80.5% against 84%, 12 runs); since, its products took
+ * less time in 33 of 48 alternated rounds where the host's memory was fast (steps of 4-6 ms), but
+ * more, by about 5%, in 13 of 14 where it was slow (steps near 8 ms). docs/perf.md, 2026-12-06. */
 IFL_ALWAYS_INLINE void kn8_panels(float *acc, int32_t lda, const float *x, int32_t ldx, int32_t K,
                                   int32_t kb0, int32_t kb1, const void *W, int32_t NB, int32_t jb0,
                                   int32_t jb1, const int M, const ifl_dtype dt)
@@ -172,8 +174,8 @@ IFL_ALWAYS_INLINE void kn8_panels(float *acc, int32_t lda, const float *x, int32
                 PREFETCH(panel + (size_t)jb0 * 512 + PF_BYTES(dt) + 64 * l);
         for (int32_t jb = jb0; jb < jb1; jb++) {
             const char *blk = panel + (size_t)jb * 512;
-            /* blocks in this pass: two where one row of f32 or bf16 has a second block left */
-            const int nb = M == 1 && dt != IFL_DTYPE_F16 && jb + 1 < jb1 ? 2 : 1;
+            /* blocks in this pass: two where one row has a second block left */
+            const int nb = M == 1 && jb + 1 < jb1 ? 2 : 1;
             if (PF_ROWS(M) || row1)
                 for (int l = 0; l < 8; l++)
                     PREFETCH(blk + (row1 ? 512 : 0) + PF_BYTES(dt) + 64 * l);
