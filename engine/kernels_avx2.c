@@ -105,8 +105,12 @@ IFL_ALWAYS_INLINE void load_unit(const char *p, const ifl_dtype dt, __m256 *v0, 
         *v0 = _mm256_load_ps((const float *)p);
         *v1 = _mm256_load_ps((const float *)p + 8);
     } else if (dt == IFL_DTYPE_F16) {
-        *v0 = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)p));
-        *v1 = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(p + 16)));
+        /* one 32-byte load, then vcvtph2ps from registers: the one-row (K, N) products took 23%
+         * less time than with two vcvtph2ps from memory, 16 bytes each (medians 2.83 against 3.66
+         * ms a step, lower in 10 of 10 alternated rounds; docs/perf.md, 2026-12-06) */
+        __m256i v = _mm256_load_si256((const __m256i *)p);
+        *v0 = _mm256_cvtph_ps(_mm256_castsi256_si128(v));
+        *v1 = _mm256_cvtph_ps(_mm256_extracti128_si256(v, 1));
     } else {
         __m256i v = _mm256_load_si256((const __m256i *)p);
         *v0 = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
@@ -153,8 +157,9 @@ IFL_ALWAYS_INLINE void kn_pass(float *ap, int32_t lda, float xs[][8], const char
  * block at a time against 88% two at a time (medians of 11 alternated runs: higher in 8, level in
  * 2), bf16 at 80.5% against 88% (8 runs, higher in all 8). f16 two at a time was lower while two
  * bands' piece counters shared a cache line (80.5% against 84%, 12 runs); since, its products took
- * less time in 33 of 48 alternated rounds where the host's memory was fast (steps of 4-6 ms), but
- * more, by about 5%, in 13 of 14 where it was slow (steps near 8 ms). docs/perf.md, 2026-12-06. */
+ * less time in 33 of 48 alternated rounds where the host's memory was fast (steps of 4-6 ms) but
+ * more, by about 5%, in 13 of 14 where it was slow (steps near 8 ms), and with load_unit's single
+ * 32-byte load less in 8 of 10 (medians 3.10 against 3.34 ms a step). docs/perf.md, 2026-12-06. */
 IFL_ALWAYS_INLINE void kn8_panels(float *acc, int32_t lda, const float *x, int32_t ldx, int32_t K,
                                   int32_t kb0, int32_t kb1, const void *W, int32_t NB, int32_t jb0,
                                   int32_t jb1, const int M, const ifl_dtype dt)
