@@ -52,10 +52,13 @@ static size_t stop_prefix_suffix(const req *r)
     return best;
 }
 
-/* The earliest stop string in held: its offset, or -1. */
+/* The earliest stop string in held: its offset, or -1. held is NULL until some text is kept
+ * (an end-of-text or a token inside a character first), and memmem's buffers must not be. */
 static long find_stop(const req *r)
 {
     long best = -1;
+    if (!r->held_len)
+        return -1; /* stop strings are never empty (batcher.c) */
     for (int i = 0; i < r->n_stop; i++) {
         const char *hit = memmem(r->held, r->held_len, r->stop[i], r->stop_len[i]);
         if (hit && (best < 0 || hit - r->held < best))

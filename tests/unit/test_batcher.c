@@ -464,6 +464,21 @@ static void test_stops(ifl_backend *be)
            "eos: finish %s after %d tokens (want %d)", ifl_finish_name(done.finish), ne,
            first_eos + 1);
     ifl_batcher_stop(b);
+    /* 4. a stop string and end-of-text as the very first token: no text is held yet when the
+     * stop strings are looked for (the search once read a NULL buffer: UBSan, 2026-12-06) */
+    log_clear();
+    p.eos_token = ref[0];
+    b = ifl_batcher_start(be, &p, &err);
+    rp.n_stop = 1;
+    rp.stop[0] = stop;
+    ifl_batcher_submit(b, &rp, &id, NULL, &err);
+    ifl_batcher_wait_idle(b);
+    ne = collect(id, toks, 48, got, sizeof got, &done);
+    CHECKF(done.finish == IFL_FINISH_EOS && ne == 1 && got[0] == 0,
+           "eos first, with a stop string: finish %s after %d tokens, %zu bytes of text (want eos "
+           "after 1, no text)",
+           ifl_finish_name(done.finish), ne, strlen(got));
+    ifl_batcher_stop(b);
 }
 
 int main(int argc, char **argv)
