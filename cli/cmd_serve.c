@@ -50,6 +50,10 @@ static const char *const HELP =
     "  --max-message BYTES     largest client message (default 65536; larger ones close with 1009)\n"
     "  --max-outbox BYTES      bytes waiting to be sent to one connection before it is closed as\n"
     "                          too slow (default 1048576)\n"
+    "  --request-timeout S     an HTTP request's head and body must arrive within S seconds of\n"
+    "                          its first byte (default 30; else 408 and the connection closes)\n"
+    "  --min-body-rate BYTES   a request body must arrive at BYTES a second on average after its\n"
+    "                          first 5 s (default 1024; else 408 and the connection closes)\n"
     "  --max-tokens N          default max_tokens of a request (default 64)\n"
     "  --temperature X         default temperature (default 0.8)\n"
     "  --top-k N               default top_k (default 40)\n"
@@ -142,6 +146,8 @@ int cmd_serve(int argc, char **argv)
         {"max-inflight", required_argument, 0, 'i'},
         {"max-message", required_argument, 0, 'M'},
         {"max-outbox", required_argument, 0, 'O'},
+        {"request-timeout", required_argument, 0, 'u'},
+        {"min-body-rate", required_argument, 0, 'r'},
         {"max-tokens", required_argument, 0, 't'},
         {"temperature", required_argument, 0, 'T'},
         {"top-k", required_argument, 0, 'K'},
@@ -228,6 +234,14 @@ int cmd_serve(int argc, char **argv)
             break;
         case 'O':
             if (cli_i32(cmd, "--max-outbox", optarg, 1024, 1 << 30, &o.max_outbox))
+                return 2;
+            break;
+        case 'u':
+            if (cli_f64(cmd, "--request-timeout", optarg, 1, 3600, &o.request_timeout_s))
+                return 2;
+            break;
+        case 'r':
+            if (cli_i32(cmd, "--min-body-rate", optarg, 1, 1 << 30, &o.min_body_rate))
                 return 2;
             break;
         case 't':

@@ -39,6 +39,20 @@ static const ifl_code_info CODES[] = {
     [IFL_CODE_FORBIDDEN] = {"forbidden", 403,
                             "the page's Origin or the Host is not one this server answers "
                             "(--allowed-origins, --allowed-hosts)"},
+    [IFL_CODE_HEADER_TOO_LARGE] = {"header_too_large", 431,
+                                   "the request head, or one header's value, is larger than the "
+                                   "server takes"},
+    [IFL_CODE_TARGET_TOO_LONG] = {"target_too_long", 414, "the request target is too long"},
+    [IFL_CODE_BAD_HTTP] = {"bad_http", 400,
+                           "the request is not well-formed HTTP/1.1 (a control character, %00, a "
+                           "bad Content-Length, too many query parameters)"},
+    [IFL_CODE_REQUEST_TIMEOUT] = {"request_timeout", 408,
+                                  "the request's head and body did not arrive within "
+                                  "--request-timeout, or its body came slower than "
+                                  "--min-body-rate"},
+    [IFL_CODE_TOO_MANY_CONNECTIONS] = {"too_many_connections", 503,
+                                       "the server holds --max-connections sockets and none could "
+                                       "make room; try again"},
 };
 
 _Static_assert(sizeof CODES / sizeof CODES[0] == IFL_N_CODES, "codes.c: one entry per ifl_code");

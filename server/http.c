@@ -1,10 +1,14 @@
-/* http.c: the HTTP side of the one port (service.h): files of web/ only through plain path
- * segments (then realpath must stay inside web/), /healthz, /readyz, /metrics, the history API
- * (http_history.c: answered by the history thread through the bridge), and Triton's probes and
- * metadata under /v2 (http_v2.c), OpenAI's GET /v1/models; POST .../generate[_stream],
- * /v1/completions and /v1/chat/completions go to http_gen.c. Every response
- * carries nosniff, no-referrer and a strict Content-Security-Policy; only GET and HEAD (405
- * otherwise); /ws without an upgrade is 426. Service thread. */
+/* http.c: the HTTP side of the one port (service.h), one route table (ROUTES: path pattern,
+ * methods, API key, error shape, handler): files of web/ only through plain path segments (then
+ * realpath must stay inside web/), /healthz, /readyz, /metrics, the history API (http_history.c:
+ * answered by the history thread through the bridge), Triton's probes and metadata under /v2
+ * (http_v2.c), OpenAI's GET /v1/models; POST .../generate[_stream], /v1/completions and
+ * /v1/chat/completions go to http_gen.c. Before its route: the Host (and a POST's Origin) checked,
+ * 431 for a header longer than its buffer (never read as absent); then 405 with Allow for another
+ * method (404 under /v1 and /v2 for a path there is not), and 401 without the API key where the
+ * route shows or changes data. Errors in the API's shape: OpenAI's under /v1, Triton's {"error"}
+ * under /v2, {"error"} elsewhere. Every response carries nosniff, no-referrer and a strict
+ * Content-Security-Policy; /ws without an upgrade is 426. Service thread. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,9 +29,10 @@
 int srv_refusal(const server *s, struct lws *wsi, int origin, char *why, size_t cap)
 {
     char host[256], org[256];
-    int hn = lws_hdr_copy(wsi, host, sizeof host, WSI_TOKEN_HOST);
-    if (hn <= 0)
-        host[0] = 0;
+    if (lws_hdr_copy(wsi, host, sizeof host, WSI_TOKEN_HOST) < 0) { /* never read as absent */
+        snprintf(why, cap, "the Host header is over %zu bytes", sizeof host - 1);
+        return 2;
+    }
     if (!host_allowed(s->o->host, s->o->allowed_hosts, host)) {
         snprintf(why, cap, "Host %.60s is not a name of this server (--allowed-hosts)", host);
         return 1;
@@ -35,38 +40,49 @@ int srv_refusal(const server *s, struct lws *wsi, int origin, char *why, size_t 
     if (!origin)
         return 0;
     int on = lws_hdr_copy(wsi, org, sizeof org, WSI_TOKEN_ORIGIN);
-    if (on == 0 || (on < 0 && !lws_hdr_total_length(wsi, WSI_TOKEN_ORIGIN)))
+    if (on < 0) {
+        snprintf(why, cap, "the Origin header is over %zu bytes", sizeof org - 1);
+        return 2;
+    }
+    if (on == 0)
         return 0; /* no Origin: not a browser page */
-    if (on < 0 || !origin_allowed(s->o->allowed_origins, org, host)) {
-        snprintf(why, cap, "origin %.60s is not allowed (--allowed-origins)",
-                 on < 0 ? "(too long)" : org);
+    if (!origin_allowed(s->o->allowed_origins, org, host)) {
+        snprintf(why, cap, "origin %.60s is not allowed (--allowed-origins)", org);
         return 1;
     }
     return 0;
 }
 
-/* The request carries the server's API key (or there is none): "Authorization: Bearer KEY", or
- * with url_arg also ?api_key=KEY (a browser's WebSocket cannot set headers). Compared in time
- * independent of where the bytes differ. */
-int srv_api_key_ok(const server *s, struct lws *wsi, int url_arg)
+/* The request carries the server's API key (or there is none): 1; 0 it does not; -1 its
+ * Authorization header is longer than the buffer (431, never a silent "no key"). The key comes as
+ * "Authorization: Bearer KEY", or with url_arg also as ?api_key=KEY (a browser's WebSocket and the
+ * page's fetches cannot set headers). Compared in time independent of where the bytes differ. */
+static int api_key_check(const server *s, struct lws *wsi, int url_arg)
 {
     const char *key = s->o->api_key;
     if (!key)
         return 1;
     char got[512];
     const char *k = NULL;
-    if (lws_hdr_copy(wsi, got, sizeof got, WSI_TOKEN_HTTP_AUTHORIZATION) > 7 &&
-        !strncasecmp(got, "Bearer ", 7))
+    int n = lws_hdr_copy(wsi, got, sizeof got, WSI_TOKEN_HTTP_AUTHORIZATION);
+    if (n < 0)
+        return -1;
+    if (n > 7 && !strncasecmp(got, "Bearer ", 7))
         k = got + 7;
     else if (url_arg)
         k = lws_get_urlarg_by_name(wsi, "api_key=", got, sizeof got);
     if (!k)
         return 0;
-    size_t n = strlen(key), m = strlen(k);
-    unsigned diff = (unsigned)(n != m);
-    for (size_t i = 0; i < n; i++)
+    size_t len = strlen(key), m = strlen(k);
+    unsigned diff = (unsigned)(len != m);
+    for (size_t i = 0; i < len; i++)
         diff |= (unsigned)(unsigned char)key[i] ^ (unsigned)(unsigned char)(i < m ? k[i] : 0);
     return !diff;
+}
+
+int srv_api_key_ok(const server *s, struct lws *wsi, int url_arg)
+{
+    return api_key_check(s, wsi, url_arg) == 1;
 }
 
 /* A user key is 16..64 of A-Z a-z 0-9 _ -; stored only as its SHA-256. */
@@ -302,63 +318,68 @@ static int http_metrics(server *s, srv_conn *c, struct lws *wsi, int head_only)
                         sb_steal(&sb), n, head_only, NULL, NULL);
 }
 
-/* 403: the Host or the page's Origin is not allowed (srv_refusal), in the shape of the API asked
- * (OpenAI's under /v1, Triton's under /v2, {"error"} elsewhere). */
-static int http_forbidden(server *s, srv_conn *c, struct lws *wsi, const char *path,
-                          const char *why, int head_only)
+/* The shape of a route's errors: OpenAI's under /v1, Triton's under /v2, {"error"} elsewhere. */
+typedef enum { SHAPE_PLAIN, SHAPE_OPENAI, SHAPE_TRITON } route_shape;
+
+/* An error answer in the shape: status, code (OpenAI's "code"), msg; extra: one header or NULL. */
+static int shaped_error(srv_conn *c, struct lws *wsi, route_shape shape, int status, ifl_code code,
+                        const char *msg, int head_only, const char *extra_name,
+                        const char *extra_value)
 {
-    metrics_count_error(&s->m, IFL_CODE_FORBIDDEN);
     strbuf sb;
     sb_init(&sb, 0);
-    if (!strncmp(path, "/v1/", 4)) {
-        openai_write_error(&sb, HTTP_STATUS_FORBIDDEN, IFL_CODE_FORBIDDEN, NULL, why, 0);
-    } else if (!strncmp(path, "/v2", 3)) {
-        http_req_info none = {.api = HTTP_API_TRITON};
-        triton_write_error(&sb, &none, IFL_CODE_FORBIDDEN, why, 0);
+    if (shape == SHAPE_OPENAI) {
+        openai_write_error(&sb, status, code, NULL, msg, 0);
     } else {
-        sb_puts(&sb, "{\"error\":");
-        sb_json_str(&sb, why, strlen(why));
-        sb_puts(&sb, "}");
+        http_req_info none = {.api = HTTP_API_TRITON};
+        triton_write_error(&sb, &none, code, msg, 0); /* {"error": msg} */
     }
-    c->http_close_after = 1;
-    return http_respond_json(c, wsi, HTTP_STATUS_FORBIDDEN, &sb, head_only, NULL, NULL);
+    return http_respond_json(c, wsi, status, &sb, head_only, extra_name, extra_value);
 }
 
-/* 503 for a request on a socket accepted past --max-connections (sockets.c: none could be closed
- * to make room), with Retry-After; the connection closes after it. */
-static int http_over_limit(server *s, srv_conn *c, struct lws *wsi)
+/* 431: a header longer than the buffer it is read into (never read as absent). */
+static int too_large(server *s, srv_conn *c, struct lws *wsi, route_shape shape, const char *why,
+                     int head_only)
 {
-    char msg[96];
-    snprintf(msg, sizeof msg, "too many connections (limit %d): try again later\n",
-             s->o->max_connections);
-    s->m.sockets_over_limit++;
+    metrics_count_error(&s->m, IFL_CODE_HEADER_TOO_LARGE);
     c->http_close_after = 1;
-    char *b = strdup(msg);
-    if (!b)
-        return -1;
-    return http_respond(c, wsi, HTTP_STATUS_SERVICE_UNAVAILABLE, "text/plain; charset=utf-8", b,
-                        strlen(b), lws_hdr_total_length(wsi, WSI_TOKEN_HEAD_URI) > 0,
-                        "retry-after:", "1");
+    return shaped_error(c, wsi, shape, HTTP_STATUS_HEADER_TOO_LARGE, IFL_CODE_HEADER_TOO_LARGE, why,
+                        head_only, NULL, NULL);
+}
+
+static int unauthorized(server *s, srv_conn *c, struct lws *wsi, route_shape shape, int head_only)
+{
+    metrics_count_error(&s->m, IFL_CODE_UNAUTHORIZED);
+    return shaped_error(c, wsi, shape, HTTP_STATUS_UNAUTHORIZED, IFL_CODE_UNAUTHORIZED,
+                        "this server needs an API key: send Authorization: Bearer KEY", head_only,
+                        "www-authenticate:", "Bearer");
 }
 
 /* 401: the API key is missing or wrong (OpenAI's shape, or Triton's {"error"}). */
 int http_unauthorized(server *s, srv_conn *c, struct lws *wsi, int openai)
 {
-    static const char msg[] = "this server needs an API key: send Authorization: Bearer KEY";
-    metrics_count_error(&s->m, IFL_CODE_UNAUTHORIZED);
-    strbuf sb;
-    sb_init(&sb, 0);
-    if (openai) {
-        openai_write_error(&sb, HTTP_STATUS_UNAUTHORIZED, IFL_CODE_UNAUTHORIZED, NULL, msg, 0);
-    } else {
-        http_req_info none = {.api = HTTP_API_TRITON};
-        triton_write_error(&sb, &none, IFL_CODE_UNAUTHORIZED, msg, 0);
-    }
-    return http_respond_json(c, wsi, HTTP_STATUS_UNAUTHORIZED, &sb, 0,
-                             "www-authenticate:", "Bearer");
+    return unauthorized(s, c, wsi, openai ? SHAPE_OPENAI : SHAPE_TRITON, 0);
 }
 
-/* GET /v1/models and /v1/models/ID (OpenAI's shape); anything else under /v1: 404 in that shape. */
+/* 503 for a request on a socket accepted past --max-connections (sockets.c: none could be closed
+ * to make room), with Retry-After; the connection closes after it. */
+static int http_over_limit(server *s, srv_conn *c, struct lws *wsi, const char *path)
+{
+    char msg[96];
+    snprintf(msg, sizeof msg, "too many connections (limit %d): try again later",
+             s->o->max_connections);
+    s->m.sockets_over_limit++;
+    metrics_count_error(&s->m, IFL_CODE_TOO_MANY_CONNECTIONS);
+    c->http_close_after = 1;
+    route_shape shape = !strncmp(path, "/v1/", 4)                           ? SHAPE_OPENAI
+                        : !strncmp(path, "/v2", 3) && (!path[3] || path[3] == '/') ? SHAPE_TRITON
+                                                                                    : SHAPE_PLAIN;
+    return shaped_error(c, wsi, shape, HTTP_STATUS_SERVICE_UNAVAILABLE,
+                        IFL_CODE_TOO_MANY_CONNECTIONS, msg,
+                        lws_hdr_total_length(wsi, WSI_TOKEN_HEAD_URI) > 0, "retry-after:", "1");
+}
+
+/* GET /v1/models and /v1/models/ID (OpenAI's shape). */
 static int http_v1(server *s, srv_conn *c, struct lws *wsi, const char *path, int head_only)
 {
     strbuf sb;
@@ -369,80 +390,192 @@ static int http_v1(server *s, srv_conn *c, struct lws *wsi, const char *path, in
     ifl_policy pol;
     if (!strcmp(path, "/v1/models")) {
         openai_write_models(&sb, served, created);
-    } else if (!strncmp(path, "/v1/models/", 11) && !http_model_policy(path + 11, served, &pol)) {
+    } else if (!http_model_policy(path + 11, served, &pol)) {
         sb_puts(&sb, "{\"id\":");
         sb_json_str(&sb, path + 11, strlen(path + 11));
         sb_printf(&sb,
                   ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"inflight\","
                   "\"policy\":\"%s\"}",
                   created, ifl_policy_name(pol));
-    } else if (!strncmp(path, "/v1/models/", 11)) {
-        status = HTTP_STATUS_NOT_FOUND;
-        char msg[200];
-        snprintf(msg, sizeof msg, "the model '%.64s' does not exist (GET /v1/models)", path + 11);
-        openai_write_error(&sb, status, IFL_CODE_UNKNOWN_MODEL, "model", msg, 0);
     } else {
         status = HTTP_STATUS_NOT_FOUND;
-        openai_write_error(&sb, status, IFL_CODE_INVALID_REQUEST, NULL,
-                           "no such endpoint: /v1 has GET /v1/models, POST /v1/completions and "
-                           "POST /v1/chat/completions",
-                           0);
+        char msg[200];
+        snprintf(msg, sizeof msg, "the model '%.*s' does not exist (GET /v1/models)",
+                 http_clip_len(path + 11, 64), path + 11);
+        openai_write_error(&sb, status, IFL_CODE_UNKNOWN_MODEL, "model", msg, 0);
     }
     return http_respond_json(c, wsi, status, &sb, head_only, NULL, NULL);
 }
 
+/* ---- the routes ------------------------------------------------------------------------------ */
+
+enum { M_GET = 1, M_HEAD = 2, M_POST = 4, M_OTHER = 8, M_ANY = 15 };
+/* The API key a route needs when the server has one: none (it shows no data), the header, or the
+ * header or ?api_key= (the page's fetches, as /ws). */
+typedef enum { KEY_NO, KEY_YES, KEY_URL } route_key;
+typedef int (*route_fn)(server *s, srv_conn *c, struct lws *wsi, const char *path, int head_only);
+
+typedef struct {
+    const char *pattern; /* '*': one segment; a final '**': the rest, also nothing */
+    unsigned methods;    /* another method: 405 with Allow (404 where `known` says no such path) */
+    route_key key;
+    route_shape shape;
+    route_fn fn;
+    int (*known)(const char *path, char *msg, size_t cap); /* NULL: every path it matches */
+} http_route;
+
+static int r_healthz(server *s, srv_conn *c, struct lws *wsi, const char *path, int head_only)
+{
+    (void)s, (void)path;
+    return http_text(c, wsi, HTTP_STATUS_OK, "ok\n", head_only);
+}
+
+static int r_readyz(server *s, srv_conn *c, struct lws *wsi, const char *path, int head_only)
+{
+    (void)path;
+    return http_readyz(s, c, wsi, head_only);
+}
+
+static int r_metrics(server *s, srv_conn *c, struct lws *wsi, const char *path, int head_only)
+{
+    (void)path;
+    return http_metrics(s, c, wsi, head_only);
+}
+
+static int r_generate(server *s, srv_conn *c, struct lws *wsi, const char *path, int head_only)
+{
+    (void)head_only;
+    return http_gen_begin(s, c, wsi, path);
+}
+
+static int r_ws(server *s, srv_conn *c, struct lws *wsi, const char *path, int head_only)
+{
+    (void)s, (void)path;
+    return http_text(c, wsi, 426, "this is the WebSocket endpoint: connect with a WebSocket\n",
+                     head_only);
+}
+
+/* Any other path under /v1 or /api: 404 naming what there is. */
+static int r_not_found(server *s, srv_conn *c, struct lws *wsi, const char *path, int head_only)
+{
+    (void)s;
+    int v1 = !strncmp(path, "/v1/", 4);
+    return shaped_error(c, wsi, v1 ? SHAPE_OPENAI : SHAPE_PLAIN, HTTP_STATUS_NOT_FOUND,
+                        IFL_CODE_INVALID_REQUEST,
+                        v1 ? "no such endpoint: /v1 has GET /v1/models, GET /v1/models/{id}, POST "
+                             "/v1/completions and POST /v1/chat/completions"
+                           : "no such endpoint: /api has GET /api/history and /api/requests/{id}",
+                        head_only, NULL, NULL);
+}
+
+/* Every path, first match wins. tests/integration/http_edges.test.js reads this table and asks each
+ * route with and without the key: a route with KEY_NO must be one it lists as showing no data. */
+static const http_route ROUTES[] = {
+    {"/healthz", M_GET | M_HEAD, KEY_NO, SHAPE_PLAIN, r_healthz, NULL},
+    {"/readyz", M_GET | M_HEAD, KEY_NO, SHAPE_PLAIN, r_readyz, NULL},
+    {"/metrics", M_GET | M_HEAD, KEY_NO, SHAPE_PLAIN, r_metrics, NULL},
+    {"/api/history", M_GET | M_HEAD, KEY_URL, SHAPE_PLAIN, http_history_begin, NULL},
+    {"/api/requests/*", M_GET | M_HEAD, KEY_URL, SHAPE_PLAIN, http_history_begin, NULL},
+    {"/api/**", M_ANY, KEY_URL, SHAPE_PLAIN, r_not_found, NULL},
+    {"/v1/models", M_GET | M_HEAD, KEY_YES, SHAPE_OPENAI, http_v1, NULL},
+    {"/v1/models/*", M_GET | M_HEAD, KEY_YES, SHAPE_OPENAI, http_v1, NULL},
+    {"/v1/completions", M_POST, KEY_YES, SHAPE_OPENAI, r_generate, NULL},
+    {"/v1/chat/completions", M_POST, KEY_YES, SHAPE_OPENAI, r_generate, NULL},
+    {"/v1/**", M_ANY, KEY_YES, SHAPE_OPENAI, r_not_found, NULL},
+    {"/v2", M_GET | M_HEAD, KEY_NO, SHAPE_TRITON, http_v2, NULL},
+    {"/v2/models/*/generate", M_POST, KEY_YES, SHAPE_TRITON, r_generate, NULL},
+    {"/v2/models/*/generate_stream", M_POST, KEY_YES, SHAPE_TRITON, r_generate, NULL},
+    {"/v2/models/*/versions/*/generate", M_POST, KEY_YES, SHAPE_TRITON, r_generate, NULL},
+    {"/v2/models/*/versions/*/generate_stream", M_POST, KEY_YES, SHAPE_TRITON, r_generate, NULL},
+    {"/v2/**", M_GET | M_HEAD, KEY_NO, SHAPE_TRITON, http_v2, http_v2_known},
+    {"/ws", M_GET | M_HEAD, KEY_NO, SHAPE_PLAIN, r_ws, NULL},
+    {"/**", M_GET | M_HEAD, KEY_NO, SHAPE_PLAIN, http_serve_file, NULL},
+};
+
+static int path_matches(const char *pat, const char *path)
+{
+    while (*pat) {
+        if (pat[0] == '*' && pat[1] == '*')
+            return 1;
+        if (*pat == '*') {
+            size_t n = strcspn(path, "/");
+            if (!n)
+                return 0;
+            path += n;
+            pat++;
+        } else if (*pat++ != *path++) {
+            return 0;
+        }
+    }
+    return !*path;
+}
+
+static const http_route *route_of(const char *path)
+{
+    size_t n = sizeof ROUTES / sizeof ROUTES[0];
+    for (size_t i = 0; i < n - 1; i++)
+        if (path_matches(ROUTES[i].pattern, path))
+            return &ROUTES[i];
+    return &ROUTES[n - 1];
+}
+
+static unsigned request_method(struct lws *wsi)
+{
+    if (lws_hdr_total_length(wsi, WSI_TOKEN_GET_URI) > 0)
+        return M_GET;
+    if (lws_hdr_total_length(wsi, WSI_TOKEN_HEAD_URI) > 0)
+        return M_HEAD;
+    if (lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI) > 0)
+        return M_POST;
+    return M_OTHER;
+}
+
+/* A method the route does not take: 405 with Allow, or 404 for a path the route does not know. */
+static int wrong_method(srv_conn *c, struct lws *wsi, const http_route *r, const char *path,
+                        int head_only)
+{
+    char msg[320];
+    if (r->known && !r->known(path, msg, sizeof msg))
+        return shaped_error(c, wsi, r->shape, HTTP_STATUS_NOT_FOUND, IFL_CODE_INVALID_REQUEST, msg,
+                            head_only, NULL, NULL);
+    int post = r->methods == M_POST;
+    snprintf(msg, sizeof msg, "method not allowed: %.200s takes %s", path,
+             post ? "POST" : "GET and HEAD");
+    return shaped_error(c, wsi, r->shape, HTTP_STATUS_METHOD_NOT_ALLOWED, IFL_CODE_INVALID_REQUEST,
+                        msg, head_only, "allow:", post ? "POST" : "GET, HEAD");
+}
+
+/* A request: the Host (and for a POST the Origin) checked, then its route's method and API key. A
+ * refused request's body is not read: its connection closes after the answer. */
 static int http_request(server *s, srv_conn *c, struct lws *wsi, const char *path)
 {
     s->m.http_requests++;
     c->http_close_after = 0;
     sockets_requested(s, wsi);
     if (sockets_over_limit(s))
-        return http_over_limit(s, c, wsi);
-    int is_get = lws_hdr_total_length(wsi, WSI_TOKEN_GET_URI) > 0;
-    int is_head = lws_hdr_total_length(wsi, WSI_TOKEN_HEAD_URI) > 0;
-    int is_post = lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI) > 0;
+        return http_over_limit(s, c, wsi, path);
+    unsigned method = request_method(wsi);
+    int head = method == M_HEAD;
+    const http_route *r = route_of(path);
     char why[124];
-    if (srv_refusal(s, wsi, is_post, why, sizeof why))
-        return http_forbidden(s, c, wsi, path, why, is_head);
-    if (is_post && http_gen_is_path(path))
-        return http_gen_begin(s, c, wsi, path);
-    if (http_gen_is_path(path) && !is_post) {
-        char *b = strdup(!strncmp(path, "/v1/", 4)
-                             ? "{\"error\":{\"message\":\"method not allowed: this endpoint takes "
-                               "POST\",\"type\":\"invalid_request_error\",\"param\":null,"
-                               "\"code\":\"invalid_request\"}}"
-                             : "{\"error\":\"method not allowed: generate takes POST\"}");
-        if (!b)
-            return -1;
-        return http_respond(c, wsi, HTTP_STATUS_METHOD_NOT_ALLOWED, "application/json", b,
-                            strlen(b), is_head, "allow:", "POST");
+    int refusal = srv_refusal(s, wsi, method == M_POST, why, sizeof why);
+    c->http_close_after = refusal || !(method & (M_GET | M_HEAD));
+    if (refusal == 2)
+        return too_large(s, c, wsi, r->shape, why, head);
+    if (refusal) {
+        metrics_count_error(&s->m, IFL_CODE_FORBIDDEN);
+        return shaped_error(c, wsi, r->shape, HTTP_STATUS_FORBIDDEN, IFL_CODE_FORBIDDEN, why, head,
+                            NULL, NULL);
     }
-    if (!is_get && !is_head) {
-        char *b = strdup("method not allowed: only GET and HEAD\n");
-        if (!b)
-            return -1;
-        return http_respond(c, wsi, HTTP_STATUS_METHOD_NOT_ALLOWED, "text/plain; charset=utf-8", b,
-                            strlen(b), 0, "allow:", "GET, HEAD");
-    }
-    if (!strcmp(path, "/healthz"))
-        return http_text(c, wsi, HTTP_STATUS_OK, "ok\n", is_head);
-    if (!strcmp(path, "/readyz"))
-        return http_readyz(s, c, wsi, is_head);
-    if (!strcmp(path, "/metrics"))
-        return http_metrics(s, c, wsi, is_head);
-    if (!strcmp(path, "/api/history") || !strncmp(path, "/api/requests/", 14))
-        return http_history_begin(s, c, wsi, path, is_head);
-    if (!strncmp(path, "/v2", 3) && (!path[3] || path[3] == '/'))
-        return http_v2(s, c, wsi, path, is_head);
-    if (!strncmp(path, "/v1/", 4)) {
-        if (!srv_api_key_ok(s, wsi, 0))
-            return http_unauthorized(s, c, wsi, 1);
-        return http_v1(s, c, wsi, path, is_head);
-    }
-    if (!strcmp(path, "/ws"))
-        return http_text(c, wsi, 426, "this is the WebSocket endpoint: connect with a WebSocket\n",
-                         is_head);
-    return http_serve_file(s, c, wsi, path, is_head);
+    if (!(r->methods & method))
+        return wrong_method(c, wsi, r, path, head);
+    int key = r->key == KEY_NO ? 1 : api_key_check(s, wsi, r->key == KEY_URL);
+    if (key < 0)
+        return too_large(s, c, wsi, r->shape, "the Authorization header is over 511 bytes", head);
+    if (!key)
+        return unauthorized(s, c, wsi, r->shape, head);
+    c->http_close_after = 0; /* the handler reads the body, or decides */
+    return r->fn(s, c, wsi, path, head);
 }
 
 static int http_writeable(server *s, srv_conn *c, struct lws *wsi)

@@ -15,6 +15,9 @@
 typedef enum { HTTP_API_TRITON = 0, HTTP_API_COMPLETIONS, HTTP_API_CHAT } http_api_kind;
 
 #define HTTP_MODEL_MAX 64
+/* A request header longer than the buffer it is read into (lws names no constant for it): refused,
+ * never read as absent. */
+#define HTTP_STATUS_HEADER_TOO_LARGE 431
 
 /* One request as its API sees it: set by the route and the parser, read by the writers. */
 typedef struct {
@@ -53,6 +56,10 @@ void triton_write_end(strbuf *sb, const http_req_info *ri, const req_result *res
                       size_t len);
 void triton_write_error(strbuf *sb, const http_req_info *ri, ifl_code code, const char *message,
                         int stream);
+
+/* http_v2.c: whether GET would serve this path under /v2 (its metadata, a probe); 0 with msg (cap
+ * bytes) saying why not: the route table's 404 or 405 for another method. */
+int http_v2_known(const char *path, char *msg, size_t cap);
 
 /* ---- OpenAI (http_openai.c) ---- */
 /* served_name: see http_model_policy. */

@@ -47,6 +47,8 @@ struct http_gen {
     int submitted;      /* the request layer has it: sink calls will come */
     int headers_sent;   /* stream: the 200 and its headers are out */
     int ended;          /* stream: the last event is queued */
+    int plain;          /* stream: HTTP/1.0, sent without chunked coding, closed at its end */
+    int overflow;       /* stream: past --max-outbox, closing */
     strbuf text;        /* JSON answer: the completion so far */
     strbuf out;         /* stream: bytes to send */
     size_t out_sent;    /* of out */
@@ -98,7 +100,9 @@ static int gen_error_answer(srv_conn *c, struct lws *wsi, const http_req_info *r
 
 /* ---- the stream ------------------------------------------------------------------------------ */
 
-static int sse_headers(struct lws *wsi, int close)
+/* plain: an HTTP/1.0 client, which knows no chunked coding: the events go as they are and the
+ * connection's close ends the stream. */
+static int sse_headers(struct lws *wsi, int close, int plain)
 {
     uint8_t hbuf[LWS_PRE + 1024], *start = hbuf + LWS_PRE, *p = start, *end = hbuf + sizeof hbuf;
     static const char *const hdrs[][2] = {
@@ -109,36 +113,48 @@ static int sse_headers(struct lws *wsi, int close)
     };
     if (lws_add_http_header_status(wsi, HTTP_STATUS_OK, &p, end))
         return -1;
-    for (size_t i = 0; i < sizeof hdrs / sizeof hdrs[0]; i++)
+    for (size_t i = 0; i < sizeof hdrs / sizeof hdrs[0] - (size_t)plain; i++)
         if (lws_add_http_header_by_name(wsi, (const unsigned char *)hdrs[i][0],
                                         (const unsigned char *)hdrs[i][1], (int)strlen(hdrs[i][1]),
                                         &p, end))
             return -1;
-    if (close && lws_add_http_header_by_name(wsi, (const unsigned char *)"connection:",
-                                             (const unsigned char *)"close", 5, &p, end))
+    if ((close || plain) && lws_add_http_header_by_name(wsi, (const unsigned char *)"connection:",
+                                                        (const unsigned char *)"close", 5, &p, end))
         return -1;
     if (lws_finalize_write_http_header(wsi, start, &p, end))
         return -1;
     return 0;
 }
 
-/* Queues stream bytes (whole events) for the next HTTP_WRITEABLE. */
+/* Queues stream bytes (whole events) for the next HTTP_WRITEABLE. A client that reads less than
+ * it is sent is closed as /ws's are once --max-outbox bytes wait (its request is cancelled). */
 static void sse_queue(http_gen *g, const strbuf *ev)
 {
     if (!sb_ok(ev)) {
         g->out.oom = 1;
         return;
     }
+    if (g->overflow)
+        return;
     sb_append(&g->out, sb_text(ev), ev->len);
-    if (g->wsi)
-        lws_callback_on_writable(g->wsi);
+    if (!g->wsi)
+        return;
+    server *s = lws_context_user(lws_get_context(g->wsi));
+    if (g->out.len - g->out_sent > (size_t)s->o->max_outbox) {
+        g->overflow = 1;
+        s->m.closed_slow++;
+        lws_set_timeout(g->wsi, PENDING_TIMEOUT_CLOSE_SEND, LWS_TO_KILL_ASYNC);
+        return;
+    }
+    lws_callback_on_writable(g->wsi);
 }
 
 int http_gen_writeable(srv_conn *c, struct lws *wsi)
 {
     http_gen *g = c->gen;
     if (!g->headers_sent) {
-        if (sse_headers(wsi, c->http_close_after))
+        g->plain = sockets_http10(c->srv ? c->srv : lws_context_user(lws_get_context(wsi)), wsi);
+        if (sse_headers(wsi, c->http_close_after, g->plain))
             return -1;
         g->headers_sent = 1;
         lws_callback_on_writable(wsi);
@@ -151,11 +167,12 @@ int http_gen_writeable(srv_conn *c, struct lws *wsi)
         n = SSE_CHUNK;
     if (n) {
         uint8_t buf[LWS_PRE + SSE_CHUNK + 32];
-        int h = snprintf((char *)buf + LWS_PRE, 16, "%zx\r\n", n);
+        int h = g->plain ? 0 : snprintf((char *)buf + LWS_PRE, 16, "%zx\r\n", n);
         memcpy(buf + LWS_PRE + h, sb_text(&g->out) + g->out_sent, n);
-        memcpy(buf + LWS_PRE + h + n, "\r\n", 2);
-        if (lws_write(wsi, buf + LWS_PRE, (size_t)h + n + 2, LWS_WRITE_HTTP) <
-            (int)((size_t)h + n + 2))
+        size_t t = g->plain ? 0 : 2;
+        memcpy(buf + LWS_PRE + h + n, "\r\n", t);
+        if (lws_write(wsi, buf + LWS_PRE, (size_t)h + n + t, LWS_WRITE_HTTP) <
+            (int)((size_t)h + n + t))
             return -1;
         g->out_sent += n;
         if (g->out_sent == g->out.len) {
@@ -168,6 +185,10 @@ int http_gen_writeable(srv_conn *c, struct lws *wsi)
     }
     if (!g->ended)
         return 0;
+    if (g->plain) { /* HTTP/1.0: the close ends the stream */
+        gen_free(c);
+        return -1;
+    }
     uint8_t fin[LWS_PRE + 8];
     memcpy(fin + LWS_PRE, "0\r\n\r\n", 5);
     if (lws_write(wsi, fin + LWS_PRE, 5, LWS_WRITE_HTTP_FINAL) < 5)
@@ -286,11 +307,15 @@ static const req_sink HTTP_SINK = {.queued = sink_queued,
 /* ---- the request ----------------------------------------------------------------------------- */
 
 /* Content-Type application/json; for Triton also none or application/x-www-form-urlencoded
- * (curl -d's). */
+ * (curl -d's). 1 yes, 0 no (got holds what was sent), -1 the header does not fit in cap bytes
+ * (431: never read as absent). */
 static int content_type_ok(struct lws *wsi, http_api_kind api, char *got, size_t cap)
 {
     got[0] = 0;
-    if (lws_hdr_copy(wsi, got, (int)cap, WSI_TOKEN_HTTP_CONTENT_TYPE) <= 0)
+    int len = lws_hdr_copy(wsi, got, (int)cap, WSI_TOKEN_HTTP_CONTENT_TYPE);
+    if (len < 0)
+        return -1;
+    if (len == 0)
         return api == HTTP_API_TRITON;
     size_t n = strcspn(got, "; \t");
     return (n == 16 && !strncasecmp(got, "application/json", 16)) ||
@@ -299,7 +324,8 @@ static int content_type_ok(struct lws *wsi, http_api_kind api, char *got, size_t
 }
 
 /* The route of a POST path: 0 with *ri's api, stream (Triton) and model set; -1 if it is not a
- * generation path; -2 for an unknown Triton model (msg says so). */
+ * generation path; -2 for an unknown Triton model or version (msg says so). Triton's paths:
+ * /v2/models/M/generate[_stream], also with /versions/V after M (V: its one version, 1). */
 static int route(const char *path, http_req_info *ri, char *msg, size_t cap)
 {
     memset(ri, 0, sizeof *ri);
@@ -313,38 +339,44 @@ static int route(const char *path, http_req_info *ri, char *msg, size_t cap)
     }
     if (strncmp(path, "/v2/models/", 11))
         return -1;
-    const char *name = path + 11;
-    size_t nlen = strcspn(name, "/");
+    const char *name = path + 11, *ver = NULL;
+    size_t nlen = strcspn(name, "/"), vlen = 0;
     const char *tail = name + nlen;
-    if (!nlen || (strcmp(tail, "/generate") && strcmp(tail, "/generate_stream")))
+    if (!strncmp(tail, "/versions/", 10)) {
+        ver = tail + 10;
+        vlen = strcspn(ver, "/");
+        tail = ver + vlen;
+    }
+    if (!nlen || (ver && !vlen) || (strcmp(tail, "/generate") && strcmp(tail, "/generate_stream")))
         return -1;
     ri->api = HTTP_API_TRITON;
     ri->stream = !strcmp(tail, "/generate_stream");
     if (triton_model(name, nlen, &ri->policy, msg, cap))
         return -2;
+    if (ver && (vlen != 1 || ver[0] != '1')) {
+        snprintf(msg, cap, "model '%.*s' has no version '%.*s': its one version is 1", (int)nlen,
+                 name, http_clip_len(ver, vlen < 64 ? vlen : 64), ver);
+        return -2;
+    }
     snprintf(ri->model, sizeof ri->model, "%.*s", (int)nlen, name);
     return 0;
 }
 
-int http_gen_is_path(const char *path)
-{
-    http_req_info ri;
-    char msg[200];
-    return route(path, &ri, msg, sizeof msg) != -1;
-}
-
 /* How the body is framed: 0 a Content-Length (copied to cl), 1 chunked; -2 neither (411), -1 a
- * framing we refuse (400: both at once, as request smuggling uses, or another coding), msg says
- * which. */
+ * framing we refuse (400: both at once, as request smuggling uses, or another coding), -3 a header
+ * longer than its buffer (431); msg says which. */
 static int body_framing(struct lws *wsi, char *cl, size_t cl_size, char *msg, size_t msg_size)
 {
     char te[64];
-    int has_cl = lws_hdr_copy(wsi, cl, (int)cl_size, WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0;
+    int cl_len = lws_hdr_copy(wsi, cl, (int)cl_size, WSI_TOKEN_HTTP_CONTENT_LENGTH);
     int te_len = lws_hdr_copy(wsi, te, sizeof te, WSI_TOKEN_HTTP_TRANSFER_ENCODING);
-    if (te_len <= 0 && lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING) > 0) {
-        snprintf(msg, msg_size, "the Transfer-Encoding header is too long");
-        return -1;
+    if (cl_len < 0 || te_len < 0) { /* never read as absent */
+        snprintf(msg, msg_size, "the %s header is over %zu bytes",
+                 cl_len < 0 ? "Content-Length" : "Transfer-Encoding",
+                 (cl_len < 0 ? cl_size : sizeof te) - 1);
+        return -3;
     }
+    int has_cl = cl_len > 0;
     if (te_len <= 0) {
         if (has_cl)
             return 0;
@@ -383,6 +415,7 @@ static int chunked_body(server *s, srv_conn *c, struct lws *wsi, const void *in,
                                 IFL_CODE_INVALID_REQUEST, NULL, msg, 1);
     }
     g->body_whole = 1;
+    sockets_http_whole(s, wsi); /* (the wire guard does not see a chunked body's end) */
     /* lws still waits for the rest of a body it thinks has no end: its timeout must not cut the
      * answer off */
     lws_set_timeout(wsi, NO_PENDING_TIMEOUT, 0);
@@ -406,13 +439,24 @@ int http_gen_begin(server *s, srv_conn *c, struct lws *wsi, const char *path)
         return gen_error_answer(
             c, wsi, &ri, HTTP_STATUS_SERVICE_UNAVAILABLE, IFL_CODE_SHUTTING_DOWN, NULL,
             s->stopping ? "the server is shutting down" : "not ready: loading the model", 1);
-    char ct[128], cl[32];
-    if (!content_type_ok(wsi, ri.api, ct, sizeof ct)) {
-        snprintf(msg, sizeof msg, "Content-Type is '%.64s': the body must be application/json", ct);
+    char ct[256], cl[32];
+    int ct_ok = content_type_ok(wsi, ri.api, ct, sizeof ct);
+    if (ct_ok < 0) {
+        snprintf(msg, sizeof msg, "the Content-Type header is over %zu bytes", sizeof ct - 1);
+        return gen_error_answer(c, wsi, &ri, HTTP_STATUS_HEADER_TOO_LARGE,
+                                IFL_CODE_HEADER_TOO_LARGE, NULL, msg, 1);
+    }
+    if (!ct_ok) {
+        int shown = http_clip_len(ct, 64);
+        snprintf(msg, sizeof msg, "Content-Type is '%.*s%s': the body must be application/json",
+                 shown, ct, ct[shown] ? "..." : "");
         return gen_error_answer(c, wsi, &ri, HTTP_STATUS_UNSUPPORTED_MEDIA_TYPE,
                                 IFL_CODE_INVALID_REQUEST, NULL, msg, 1);
     }
     int chunked = body_framing(wsi, cl, sizeof cl, msg, sizeof msg);
+    if (chunked == -3)
+        return gen_error_answer(c, wsi, &ri, HTTP_STATUS_HEADER_TOO_LARGE,
+                                IFL_CODE_HEADER_TOO_LARGE, NULL, msg, 1);
     if (chunked < 0)
         return gen_error_answer(
             c, wsi, &ri, chunked == -2 ? HTTP_STATUS_LENGTH_REQUIRED : HTTP_STATUS_BAD_REQUEST,
@@ -472,11 +516,13 @@ int http_gen_body(server *s, srv_conn *c, struct lws *wsi, const void *in, size_
 typedef struct {
     uint64_t session;
     int logged; /* its sessions row is written */
-    reqlog_budget refusal_log;
 } http_conn;
 
 /* The request's owner, in its session: the connection's (the batchers' fairness, and the request
- * log, whose requests rows need a sessions row), or the one OpenAI's "user" names. */
+ * log, whose requests rows need a sessions row), or the one OpenAI's "user" names. The sessions
+ * row is left to the request layer (req_owner.session_row): written with the first request the log
+ * keeps, so that a connection whose requests were refused past the log's budget leaves none. The
+ * budget is the client address's (reqlog.h), whatever the connection. */
 static void open_session(server *s, srv_conn *c, struct lws *wsi, const http_req_info *ri)
 {
     uint64_t session;
@@ -494,19 +540,19 @@ static void open_session(server *s, srv_conn *c, struct lws *wsi, const http_req
         session = hc ? hc->session : req_random_u64(&s->rl);
     }
     req_owner_init(&c->owner, &HTTP_SINK, c, session, 1);
-    c->owner.refusal_log = hc ? &hc->refusal_log : NULL;
+    reqlog_peer_key(lws_get_socket_fd(wsi), c->owner.peer);
     if (!s->log.db || (!ri->has_user && hc && hc->logged))
-        return; /* (a user's session row is written at each request: the log keeps one) */
-    if (hc && !ri->has_user)
-        hc->logged = 1;
+        return; /* (a user's session row is written with each logged request: the log keeps one) */
     lws_get_peer_simple(wsi, c->peer, sizeof c->peer);
     if (lws_hdr_copy(wsi, c->user_agent, sizeof c->user_agent, WSI_TOKEN_HTTP_USER_AGENT) < 0)
         c->user_agent[0] = 0;
-    ifl_dblog_session rec = {.session = c->owner.session_hex,
-                             .remote_addr = c->peer,
-                             .user_agent = c->user_agent[0] ? c->user_agent : NULL,
-                             .at_ms = ifl_db_now_ms()};
-    ifl_dblog_session_open(s->log.db, &rec);
+    /* pointers into c, which outlives the submission that writes the row */
+    c->owner.session_row =
+        (ifl_dblog_session){.session = c->owner.session_hex,
+                            .remote_addr = c->peer,
+                            .user_agent = c->user_agent[0] ? c->user_agent : NULL,
+                            .at_ms = ifl_db_now_ms()};
+    c->owner.session_logged = hc && !ri->has_user ? &hc->logged : NULL;
 }
 
 static const char *served_name(const server *s)

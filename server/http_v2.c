@@ -4,7 +4,8 @@
  * for the two policies: iterative-gpt2 (the iterative batcher) and simple-gpt2 (static batches),
  * each with the one version "1". A probe answers 200 when true and 400 when false, as Triton does,
  * here with a JSON body saying why; errors are Triton's {"error": "..."}: 404 for an unknown path,
- * model or version. GET and HEAD only (http.c answers 405 otherwise). Service thread. */
+ * model or version. GET and HEAD only: http.c's route table answers another method with 405 where
+ * http_v2_known says the path is one of these, else 404. Service thread. */
 #include <stdio.h>
 #include <string.h>
 
@@ -76,48 +77,81 @@ static int v2_model_metadata(server *s, srv_conn *c, struct lws *wsi, const char
     return v2_json(c, wsi, HTTP_STATUS_OK, &sb, head_only);
 }
 
+/* What a path under /v2 names. */
+typedef enum { V2_NONE, V2_SERVER, V2_LIVE, V2_READY, V2_MODEL, V2_MODEL_READY } v2_target;
+
+typedef struct {
+    char name[HTTP_MODEL_MAX + 1]; /* V2_MODEL, V2_MODEL_READY: the model */
+    ifl_policy policy;
+    char msg[300]; /* V2_NONE: why (the 404's message) */
+} v2_where;
+
 /* /v2/models/NAME[/versions/V][/ready]: rest is what follows "/v2/models/". */
-static int v2_model(server *s, srv_conn *c, struct lws *wsi, const char *rest, int head_only)
+static v2_target v2_model(const char *rest, v2_where *w)
 {
     const char *slash = strchr(rest, '/');
     size_t nlen = slash ? (size_t)(slash - rest) : strlen(rest);
-    ifl_policy policy;
-    char name[HTTP_MODEL_MAX + 1], msg[300];
-    if (triton_model(rest, nlen, &policy, msg, sizeof msg))
-        return v2_error(c, wsi, HTTP_STATUS_NOT_FOUND, msg, head_only);
-    snprintf(name, sizeof name, "%.*s", (int)nlen, rest);
+    if (triton_model(rest, nlen, &w->policy, w->msg, sizeof w->msg))
+        return V2_NONE;
+    snprintf(w->name, sizeof w->name, "%.*s", (int)nlen, rest);
     const char *tail = rest + nlen;
     if (!strncmp(tail, "/versions/", 10)) {
         const char *v = tail + 10, *vend = strchr(v, '/');
         size_t vlen = vend ? (size_t)(vend - v) : strlen(v);
         if (vlen != 1 || v[0] != '1') {
-            snprintf(msg, sizeof msg, "model '%s' has no version '%.*s': its one version is 1",
-                     name, (int)(vlen > 64 ? 64 : vlen), v);
-            return v2_error(c, wsi, HTTP_STATUS_NOT_FOUND, msg, head_only);
+            snprintf(w->msg, sizeof w->msg,
+                     "model '%s' has no version '%.*s': its one version is 1", w->name,
+                     http_clip_len(v, vlen > 64 ? 64 : vlen), v);
+            return V2_NONE;
         }
         tail = v + vlen;
     }
     if (!*tail)
-        return v2_model_metadata(s, c, wsi, name, policy, head_only);
+        return V2_MODEL;
     if (!strcmp(tail, "/ready"))
-        return v2_probe(c, wsi, not_ready_reason(s), head_only);
-    snprintf(msg, sizeof msg, "no such endpoint under model '%s' (GET: its metadata, or /ready)",
-             name);
-    return v2_error(c, wsi, HTTP_STATUS_NOT_FOUND, msg, head_only);
+        return V2_MODEL_READY;
+    snprintf(w->msg, sizeof w->msg,
+             "no such endpoint under model '%s' (GET: its metadata, or /ready; POST: /generate, "
+             "/generate_stream)",
+             w->name);
+    return V2_NONE;
+}
+
+static v2_target v2_resolve(const char *path, v2_where *w)
+{
+    if (!strcmp(path, "/v2") || !strcmp(path, "/v2/"))
+        return V2_SERVER;
+    if (!strcmp(path, "/v2/health/live"))
+        return V2_LIVE;
+    if (!strcmp(path, "/v2/health/ready"))
+        return V2_READY;
+    if (!strncmp(path, "/v2/models/", 11) && path[11])
+        return v2_model(path + 11, w);
+    snprintf(w->msg, sizeof w->msg,
+             "no such endpoint: /v2 has /v2/health/live, /v2/health/ready and "
+             "/v2/models/{iterative-gpt2,simple-gpt2}[/versions/1][/ready] (GET), "
+             ".../generate and .../generate_stream (POST)");
+    return V2_NONE;
+}
+
+int http_v2_known(const char *path, char *msg, size_t cap)
+{
+    v2_where w;
+    if (v2_resolve(path, &w) != V2_NONE)
+        return 1;
+    snprintf(msg, cap, "%s", w.msg);
+    return 0;
 }
 
 int http_v2(server *s, srv_conn *c, struct lws *wsi, const char *path, int head_only)
 {
-    if (!strcmp(path, "/v2") || !strcmp(path, "/v2/"))
-        return v2_server_metadata(c, wsi, head_only);
-    if (!strcmp(path, "/v2/health/live"))
-        return v2_probe(c, wsi, NULL, head_only);
-    if (!strcmp(path, "/v2/health/ready"))
-        return v2_probe(c, wsi, not_ready_reason(s), head_only);
-    if (!strncmp(path, "/v2/models/", 11) && path[11])
-        return v2_model(s, c, wsi, path + 11, head_only);
-    return v2_error(c, wsi, HTTP_STATUS_NOT_FOUND,
-                    "no such endpoint: /v2 has /v2/health/live, /v2/health/ready and "
-                    "/v2/models/{iterative-gpt2,simple-gpt2}[/ready]",
-                    head_only);
+    v2_where w;
+    switch (v2_resolve(path, &w)) {
+    case V2_SERVER: return v2_server_metadata(c, wsi, head_only);
+    case V2_LIVE: return v2_probe(c, wsi, NULL, head_only);
+    case V2_READY:
+    case V2_MODEL_READY: return v2_probe(c, wsi, not_ready_reason(s), head_only);
+    case V2_MODEL: return v2_model_metadata(s, c, wsi, w.name, w.policy, head_only);
+    default: return v2_error(c, wsi, HTTP_STATUS_NOT_FOUND, w.msg, head_only);
+    }
 }

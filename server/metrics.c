@@ -267,11 +267,15 @@ static void render_connections(const metrics *m, strbuf *sb)
     family(sb, "inflight_sockets_closed_total", "counter",
            "Sockets closed for the connection limit: the oldest that had sent no request, closed "
            "to make room for a new one (silent_evicted), new ones closed at accept past the limit "
-           "(refused), and requests or upgrades answered 503 / 1013 in the band past it "
-           "(over_limit).");
-    static const char *const sock[] = {"silent_evicted", "refused", "over_limit"};
-    const uint64_t sock_n[] = {m->sockets_evicted, m->sockets_refused, m->sockets_over_limit};
-    by_reason(sb, "inflight_sockets_closed_total", sock, sock_n, 3);
+           "(refused), requests or upgrades answered 503 / 1013 in the band past it "
+           "(over_limit), connections closed after an answer because a request was pipelined "
+           "behind it (pipelined), and requests answered 408 for not being whole by their "
+           "deadline or arriving below the minimum body rate (deadline).");
+    static const char *const sock[] = {"silent_evicted", "refused", "over_limit", "pipelined",
+                                       "deadline"};
+    const uint64_t sock_n[] = {m->sockets_evicted, m->sockets_refused, m->sockets_over_limit,
+                               m->sockets_pipelined, m->sockets_deadline};
+    by_reason(sb, "inflight_sockets_closed_total", sock, sock_n, 5);
     family(sb, "inflight_wire_refused_total", "counter",
            "Requests and frames refused by the wire guard before lws parsed them: a request head "
            "over its size (head_too_large, 431) or line count (too_many_headers, 431), a request "
@@ -282,8 +286,9 @@ static void render_connections(const metrics *m, strbuf *sb)
         wire[i] = wire_verdict_name((wire_verdict)(i + 1));
     by_reason(sb, "inflight_wire_refused_total", wire, m->wire_refused, 5);
     scalar(sb, "inflight_request_log_refusals_skipped_total", "counter",
-           "Refused requests not written to the request log: past their client's budget of "
-           "32 rows, refilled at 4 a second (counted in inflight_errors_total all the same).",
+           "Refused requests not written to the request log: past the budget of their client "
+           "address or of all clients (server/reqlog.h), whatever connections they came on; "
+           "counted in inflight_errors_total all the same.",
            (double)m->refusals_not_logged);
     scalar(sb, "inflight_ws_frames_sent_total", "counter", "WebSocket frames written.",
            (double)m->frames_sent);

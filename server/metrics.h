@@ -50,11 +50,13 @@ typedef struct {
     uint64_t connections_total, connections_open;
     uint64_t closed_slow, closed_too_big, closed_bad_utf8, closed_limit, closed_bad_close;
     uint64_t connections_refused; /* closed at once, before hello: not logged as sessions */
-    uint64_t refusals_not_logged; /* refused requests past their client's log budget */
+    uint64_t refusals_not_logged; /* refused requests past the log's budgets (reqlog.h) */
     uint64_t sockets_open;        /* accepted sockets of every kind (sockets.c) */
     uint64_t sockets_evicted;     /* silent sockets closed to make room for a new one */
     uint64_t sockets_refused;     /* closed at accept: past the limit and its band */
     uint64_t sockets_over_limit;  /* requests answered 503 / upgrades 1013 in the band */
+    uint64_t sockets_pipelined;   /* closed after an answer: a request was pipelined behind it */
+    uint64_t sockets_deadline;    /* a request not whole by its deadline or below the body rate */
     uint64_t wire_refused[5];     /* by wire_verdict - 1: answered by the wire guard */
     uint64_t rx_buffer_bytes;     /* receive buffers the WebSocket connections hold */
     uint64_t frames_sent, bytes_sent, step_frames_dropped;

@@ -1,7 +1,8 @@
 /* protocol.c: the client-message side of the protocol (protocol.h): cJSON builds the tree, after
  * the checks of what cJSON would let through (raw controls, NULs, bad \u escapes, bytes after the
- * value); every field is then checked by hand so each error names the field, what it holds and
- * what it must be. The server's frames are protocol_write.c's. */
+ * value, an object with two members of one name); every field is then checked by hand so each
+ * error names the field, what it holds and what it must be. The server's frames are
+ * protocol_write.c's. */
 #include "protocol.h"
 
 #include <cjson/cJSON.h>
@@ -465,6 +466,65 @@ static cJSON *parse_json(const char *text, size_t len, long *nul_at, proto_error
     return root;
 }
 
+static int name_cmp(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* A name that appears twice among the members of obj (an object with n members), or NULL. Sorted
+ * when there are many (n log n: a 64 KiB body holds thousands), pairwise when few. */
+static const char *object_duplicate(const cJSON *obj, size_t n)
+{
+    const char **names = n > 16 ? malloc(n * sizeof *names) : NULL;
+    if (!names) { /* few members (or no memory for the sort) */
+        for (const cJSON *f = obj->child; f; f = f->next)
+            for (const cJSON *g = obj->child; g != f; g = g->next)
+                if (!strcmp(g->string, f->string))
+                    return f->string;
+        return NULL;
+    }
+    size_t i = 0;
+    for (const cJSON *f = obj->child; f; f = f->next)
+        names[i++] = f->string;
+    qsort(names, n, sizeof *names, name_cmp);
+    const char *dup = NULL;
+    for (i = 1; i < n && !dup; i++)
+        if (!strcmp(names[i - 1], names[i]))
+            dup = names[i];
+    free(names);
+    return dup;
+}
+
+/* The first object, depth first, with two members of the same name: that name, or NULL. cJSON
+ * keeps both, and which one a reader gets would be an accident of the lookup. */
+static const char *find_duplicate(const cJSON *v)
+{
+    if (!cJSON_IsObject(v) && !cJSON_IsArray(v))
+        return NULL;
+    size_t n = 0;
+    for (const cJSON *f = v->child; f; f = f->next) {
+        const char *d = find_duplicate(f);
+        if (d)
+            return d;
+        n++;
+    }
+    return cJSON_IsObject(v) ? object_duplicate(v, n) : NULL;
+}
+
+/* Refuses a tree with a duplicate key, naming it (and as the error's param). */
+static int refuse_duplicate(const cJSON *root, proto_error *err)
+{
+    const char *d = find_duplicate(root);
+    if (!d)
+        return 0;
+    char c[sizeof err->param]; /* clip keeps 40 bytes and "..." */
+    clip(c, sizeof c, d);
+    set_param(err, c);
+    proto_error_set(err, IFL_CODE_INVALID_MESSAGE,
+                    "duplicate key \"%s\": an object names the same member twice", c);
+    return -1;
+}
+
 struct cJSON *proto_parse_json_object(const char *text, size_t len, proto_error *err)
 {
     long nul;
@@ -481,6 +541,10 @@ struct cJSON *proto_parse_json_object(const char *text, size_t len, proto_error 
         proto_error_set(err, IFL_CODE_INVALID_MESSAGE,
                         "a string holds the character U+0000 (\\u0000 at byte %ld): not allowed",
                         nul);
+        cJSON_Delete(root);
+        return NULL;
+    }
+    if (refuse_duplicate(root, err)) {
         cJSON_Delete(root);
         return NULL;
     }
@@ -524,7 +588,7 @@ static int parse_type(const cJSON *root, proto_kind *kind, proto_error *err)
     return -1;
 }
 
-/* Every field known to this type, and none twice. */
+/* Every field known to this type (none twice: refuse_duplicate saw to that). */
 static int check_fields(const cJSON *root, proto_kind kind, const char *type, proto_error *err)
 {
     for (const cJSON *f = root->child; f; f = f->next) {
@@ -534,11 +598,6 @@ static int check_fields(const cJSON *root, proto_kind kind, const char *type, pr
             proto_error_set(err, IFL_CODE_UNKNOWN_FIELD, "%s has no field '%s'", type, c);
             return -1;
         }
-        for (const cJSON *g = root->child; g != f; g = g->next)
-            if (!strcmp(g->string, f->string)) {
-                proto_error_set(err, IFL_CODE_INVALID_MESSAGE, "field '%s' appears twice", c);
-                return -1;
-            }
     }
     return 0;
 }
@@ -616,6 +675,8 @@ int proto_parse(const char *text, size_t len, const proto_limits *lim, proto_msg
                         nul);
         goto out;
     }
+    if (refuse_duplicate(root, err))
+        goto out;
     if (parse_type(root, &m->kind, err))
         goto out;
     const char *type = cJSON_GetObjectItemCaseSensitive(root, "type")->valuestring;

@@ -65,8 +65,9 @@ void proto_msg_free(proto_msg *m);
 struct cJSON;
 int proto_parse_params(const struct cJSON *obj, const char *prompt_field, const proto_limits *lim,
                        req_params *m, proto_error *err);
-/* A JSON object from text (UTF-8 checked by the caller), refusing trailing bytes and \u0000
- * escapes as proto_parse does; NULL with *err. cJSON_Delete it. */
+/* A JSON object from text (UTF-8 checked by the caller), refusing trailing bytes, \u0000 escapes
+ * and an object at any depth with two members of one name (`duplicate key "NAME"`, param NAME) as
+ * proto_parse does; NULL with *err. cJSON_Delete it. */
 struct cJSON *proto_parse_json_object(const char *text, size_t len, proto_error *err);
 /* "a string", "a number", ... for error messages. */
 const char *proto_json_type_name(const struct cJSON *v);

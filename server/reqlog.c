@@ -1,8 +1,13 @@
-/* reqlog.c: the stderr line and the SQLite records of requests and steps (reqlog.h). */
+/* reqlog.c: the stderr line and the SQLite records of requests and steps, and the budget of
+ * refused requests' rows by client address and in all (reqlog.h). */
 #include "reqlog.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
 
 double reqlog_unix_ms(const reqlog *lg, uint64_t mono_us)
 {
@@ -111,19 +116,121 @@ void reqlog_refused(reqlog *lg, const srv_req *r, ifl_code code)
     ifl_dblog_request_done(lg->db, &q);
 }
 
-int reqlog_budget_take(reqlog_budget *b, uint64_t now_us)
+/* ---- the budget of refused requests' rows ---------------------------------------------------- */
+
+void reqlog_peer_key(int fd, uint8_t key[REQ_PEER_BYTES])
 {
-    if (!b)
-        return 1;
-    if (b->t_us) {
-        double refill = (double)(now_us - b->t_us) * 1e-6 * REQLOG_REFUSALS_PER_S;
-        b->used = b->used > refill ? b->used - refill : 0;
+    struct sockaddr_storage ss;
+    socklen_t n = sizeof ss;
+    memset(key, 0, REQ_PEER_BYTES);
+    if (fd < 0 || getpeername(fd, (struct sockaddr *)&ss, &n))
+        return;
+    if (ss.ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)&ss;
+        key[10] = key[11] = 0xff; /* ::ffff:a.b.c.d, as an IPv4-mapped IPv6 peer shows */
+        memcpy(key + 12, &a->sin_addr, 4);
+    } else if (ss.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&ss;
+        memcpy(key, &a->sin6_addr, IN6_IS_ADDR_V4MAPPED(&a->sin6_addr) ? 16 : 8);
     }
-    b->t_us = now_us;
-    if (b->used + 1 > REQLOG_REFUSALS_BURST)
-        return 0;
-    b->used += 1;
-    return 1;
+}
+
+/* The bucket refilled to now_us at per_s rows a second. */
+static void refill(reqlog_budget *b, uint64_t now_us, double per_s)
+{
+    if (b->t_us && now_us > b->t_us) {
+        double r = (double)(now_us - b->t_us) * 1e-6 * per_s;
+        b->used = b->used > r ? b->used - r : 0;
+    }
+    if (now_us > b->t_us)
+        b->t_us = now_us;
+}
+
+static uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* The address's bucket, refilled to now_us: its slot, or one taken for it (see reqlog.h). */
+static reqlog_budget *addr_budget(reqlog_refusals *f, const uint8_t peer[REQ_PEER_BYTES],
+                                  uint64_t now_us)
+{
+    if (!f->key[0] && !f->key[1] && getrandom(f->key, sizeof f->key, GRND_NONBLOCK) < 0)
+        f->key[0] = mix64(now_us ^ (uint64_t)(uintptr_t)f); /* no entropy yet: less secret */
+    uint64_t w[2];
+    memcpy(w, peer, sizeof w);
+    uint64_t h = mix64(mix64(w[0] ^ f->key[0]) ^ w[1] ^ f->key[1]);
+    reqlog_addr_budget *take = NULL;
+    for (int i = 0; i < REQLOG_REFUSAL_PROBE; i++) {
+        reqlog_addr_budget *e = &f->by_addr[(h + (uint64_t)i) & (REQLOG_REFUSAL_ADDRS - 1)];
+        if (e->b.t_us && !memcmp(e->addr, peer, REQ_PEER_BYTES)) {
+            refill(&e->b, now_us, REQLOG_REFUSALS_ADDR_PER_S);
+            return &e->b;
+        }
+        if (e->b.t_us)
+            refill(&e->b, now_us, REQLOG_REFUSALS_ADDR_PER_S);
+        if (!e->b.t_us || e->b.used <= 0) { /* empty, or refilled: nothing to forget */
+            if (!take || take->b.used > 0)
+                take = e;
+        } else if (!take || (take->b.used > 0 && e->b.t_us < take->b.t_us)) {
+            take = e;
+        }
+    }
+    memcpy(take->addr, peer, REQ_PEER_BYTES);
+    take->b = (reqlog_budget){.used = 0, .t_us = now_us};
+    return &take->b;
+}
+
+/* At most once every REQLOG_UNLOGGED_REPORT_S: how many refusals were not logged since the last
+ * line (the first line comes at the first of them and says what the budget is). */
+static void report_unlogged(reqlog_refusals *f, uint64_t now_us)
+{
+    if (!f->unlogged ||
+        (f->reported_us && now_us - f->reported_us < REQLOG_UNLOGGED_REPORT_S * 1000000ull))
+        return;
+    if (!f->reported_us)
+        fprintf(stderr,
+                "inflight: request log: refused requests past the budget of %d rows per client "
+                "address (then %d a second) and %d in all (then %d a second) are not written; "
+                "counted in inflight_request_log_refusals_skipped_total and here at most every "
+                "%d s\n",
+                REQLOG_REFUSALS_ADDR_BURST, REQLOG_REFUSALS_ADDR_PER_S, REQLOG_REFUSALS_ALL_BURST,
+                REQLOG_REFUSALS_ALL_PER_S, REQLOG_UNLOGGED_REPORT_S);
+    fprintf(stderr, "inflight: request log: %llu refused request%s not logged in %.1f s\n",
+            (unsigned long long)f->unlogged, f->unlogged == 1 ? "" : "s",
+            (double)(now_us - f->unlogged_since) / 1e6);
+    f->unlogged = 0;
+    f->reported_us = now_us;
+}
+
+int reqlog_refusal_admit(reqlog *lg, const uint8_t peer[REQ_PEER_BYTES], uint64_t now_us)
+{
+    reqlog_refusals *f = &lg->refusals;
+    reqlog_budget *a = addr_budget(f, peer, now_us);
+    refill(&f->all, now_us, REQLOG_REFUSALS_ALL_PER_S);
+    int ok =
+        a->used + 1 <= REQLOG_REFUSALS_ADDR_BURST && f->all.used + 1 <= REQLOG_REFUSALS_ALL_BURST;
+    if (ok) {
+        a->used += 1;
+        f->all.used += 1;
+    } else if (!f->unlogged++) {
+        f->unlogged_since = now_us;
+    }
+    report_unlogged(f, now_us);
+    return ok;
+}
+
+void reqlog_session_row(reqlog *lg, req_owner *o)
+{
+    if (!o->session_row.session)
+        return;
+    if (lg->db)
+        ifl_dblog_session_open(lg->db, &o->session_row);
+    if (o->session_logged)
+        *o->session_logged = 1;
+    o->session_row.session = NULL;
 }
 
 void reqlog_step(reqlog *lg, const ifl_step_record *st)

@@ -123,10 +123,12 @@ static void refuse_after(req_layer *L, req_owner *o, srv_req *r, ifl_code code, 
     o->sink->error(o->fe, r->id, code, msg, retry_after_ms);
     if (!L->log->db)
         ;
-    else if (reqlog_budget_take(o->refusal_log, ifl_now_us()))
+    else if (reqlog_refusal_admit(L->log, o->peer, ifl_now_us())) {
+        reqlog_session_row(L->log, o); /* the row its request row needs */
         reqlog_refused(L->log, r, code);
-    else
+    } else {
         L->m->refusals_not_logged++;
+    }
     req_free(r);
 }
 
@@ -283,6 +285,9 @@ srv_req *req_submit(req_layer *L, req_owner *o, req_params *p, uint64_t t_arriva
         refuse_after(L, o, r, submit_code(st), err.msg, retry_ms);
         return NULL;
     }
+    /* an accepted request is always logged, in its session: the row goes before the request's
+     * (written at its done event, which the service thread drains after this returns) */
+    reqlog_session_row(L->log, o);
     return r;
 }
 

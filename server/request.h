@@ -22,12 +22,14 @@
 #include "batcher.h"
 #include "bridge.h"
 #include "codes.h"
+#include "dblog.h"
 #include "metrics.h"
 #include "strbuf.h"
 #include "tokenizer.h"
 
-#define REQ_MAX_ID 64   /* bytes of a client's request id */
-#define REQ_MAX_CONV 64 /* characters of a conversation id */
+#define REQ_MAX_ID 64     /* bytes of a client's request id */
+#define REQ_MAX_CONV 64   /* characters of a conversation id */
+#define REQ_PEER_BYTES 16 /* a client's address as the log's refusal budget keys it (reqlog.h) */
 
 /* The front end a request came through (the log's requests.api, /metrics' api label). */
 typedef enum { REQ_API_WS = 0, REQ_API_OPENAI, REQ_API_TRITON, REQ_N_APIS } req_api;
@@ -85,13 +87,18 @@ typedef struct {
 
 struct req_owner {
     const req_sink *sink;
-    void *fe;                          /* the front end's connection */
-    uint64_t session;                  /* fairness and cancel-all in the batchers */
-    char session_hex[17];              /* as logged */
-    int32_t max_inflight;              /* requests in flight at most */
-    struct reqlog_budget *refusal_log; /* the client's budget of logged refusals (reqlog.h);
-                                          NULL: unlimited */
-    srv_req *reqs;                     /* in flight, newest first */
+    void *fe;                     /* the front end's connection */
+    uint64_t session;             /* fairness and cancel-all in the batchers */
+    char session_hex[17];         /* as logged */
+    int32_t max_inflight;         /* requests in flight at most */
+    uint8_t peer[REQ_PEER_BYTES]; /* the client's address (reqlog_peer_key): the budget of
+                                     its refusals in the log; zero: unknown */
+    /* Its sessions row when the front end leaves it to the log (HTTP): written before the owner's
+     * first logged request, refused or accepted (reqlog_session_row), so that a connection whose
+     * refusals were not logged leaves no row. session_row.session NULL: none to write. */
+    ifl_dblog_session session_row;
+    int *session_logged; /* set to 1 once the row is written (NULL: nothing to tell) */
+    srv_req *reqs;       /* in flight, newest first */
     int32_t n_reqs;
 };
 

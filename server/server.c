@@ -43,6 +43,8 @@ void ifl_server_opts_default(ifl_server_opts *o)
     o->max_inflight = 64;
     o->max_message = 65536;
     o->max_outbox = 1 << 20;
+    o->request_timeout_s = 30;
+    o->min_body_rate = 1024;
     o->default_max_tokens = IFL_DEFAULT_MAX_NEW_TOKENS;
     o->default_temperature = IFL_DEFAULT_TEMPERATURE;
     o->default_top_p = IFL_DEFAULT_TOP_P;
@@ -95,10 +97,16 @@ static int srv_callback(struct lws *wsi, enum lws_callback_reasons reason, void 
     case LWS_CALLBACK_WSI_DESTROY: sockets_destroyed(s, wsi); return 0;
     case LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED: sockets_instantiated(s, wsi); return 0;
     case LWS_CALLBACK_HTTP:
+        sockets_http_delivered(s, wsi);
+        return http_callback(s, wsi, reason, c, in, len);
+    case LWS_CALLBACK_HTTP_DROP_PROTOCOL: {
+        int rc = http_callback(s, wsi, reason, c, in, len);
+        sockets_http_dropped(s, wsi); /* after: the transaction's state is gone */
+        return rc;
+    }
     case LWS_CALLBACK_HTTP_BODY:
     case LWS_CALLBACK_HTTP_BODY_COMPLETION:
     case LWS_CALLBACK_HTTP_WRITEABLE:
-    case LWS_CALLBACK_HTTP_DROP_PROTOCOL:
     case LWS_CALLBACK_CLOSED_HTTP: return http_callback(s, wsi, reason, c, in, len);
     case LWS_CALLBACK_FILTER_NETWORK_CONNECTION:
     case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
@@ -244,6 +252,13 @@ static void stop_tick(lws_sorted_usec_list_t *sul)
     lws_sul_schedule(s->ctx, 0, &s->stop_timer, stop_tick, 100000);
 }
 
+static void sweep_tick(lws_sorted_usec_list_t *sul)
+{
+    server *s = lws_container_of(sul, server, sweep_timer);
+    sockets_sweep(s);
+    lws_sul_schedule(s->ctx, 0, &s->sweep_timer, sweep_tick, SOCKETS_SWEEP_MS * 1000);
+}
+
 static int32_t requests_in_flight(server *s)
 {
     int32_t n = 0;
@@ -329,10 +344,6 @@ static void lws_log_emit(int level, const char *line)
     pthread_mutex_unlock(&mu);
 }
 
-/* Descriptors the server needs besides its connections: the listening socket, lws's own, the
- * request log, the model and vocabulary files while loading, the threads' wake-ups. */
-#define FD_RESERVE 64
-
 /* Every connection is a descriptor: a soft limit below what --max-connections needs is raised,
  * up to the hard limit (only as far as needed: lws sizes its tables by it), and a
  * --max-connections the process still cannot hold is lowered to what it can, loudly (running
@@ -342,7 +353,17 @@ static void fit_fd_limit(ifl_server_opts *o)
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl))
         return;
-    rlim_t need = (rlim_t)o->max_connections + FD_RESERVE;
+    /* room for the band past the limit too (sockets.h), where the hard limit allows */
+    rlim_t want = (rlim_t)o->max_connections * (1 + SOCKETS_BAND_PER) + SOCKETS_FD_RESERVE;
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+        struct rlimit up = {.rlim_cur = rl.rlim_max == RLIM_INFINITY || want < rl.rlim_max
+                                            ? want
+                                            : rl.rlim_max,
+                            .rlim_max = rl.rlim_max};
+        if (!setrlimit(RLIMIT_NOFILE, &up))
+            rl.rlim_cur = up.rlim_cur;
+    }
+    rlim_t need = (rlim_t)o->max_connections + SOCKETS_FD_RESERVE;
     if (rl.rlim_cur == RLIM_INFINITY || need <= rl.rlim_cur)
         return;
     struct rlimit up = {.rlim_cur =
@@ -352,11 +373,11 @@ static void fit_fd_limit(ifl_server_opts *o)
         rl.rlim_cur = up.rlim_cur;
     if (need <= rl.rlim_cur)
         return;
-    int32_t fit = rl.rlim_cur > FD_RESERVE + 1 ? (int32_t)(rl.rlim_cur - FD_RESERVE) : 1;
+    int32_t fit = rl.rlim_cur > SOCKETS_FD_RESERVE + 1 ? (int32_t)(rl.rlim_cur - SOCKETS_FD_RESERVE) : 1;
     fprintf(stderr,
             "inflight serve: --max-connections %d needs %d file descriptors and this process may "
             "open %llu (ulimit -n, hard limit %llu): serving at most %d connections\n",
-            o->max_connections, o->max_connections + FD_RESERVE, (unsigned long long)rl.rlim_cur,
+            o->max_connections, o->max_connections + SOCKETS_FD_RESERVE, (unsigned long long)rl.rlim_cur,
             (unsigned long long)rl.rlim_max, fit);
     o->max_connections = fit;
 }
@@ -463,6 +484,7 @@ static int listen_on(server *s)
     bridge_attach(&s->bridge, s->ctx);
     sockets_start(s);  /* from now on every wsi lws makes is an accepted socket */
     wire_recv_bind(s); /* and what this thread reads of one goes through the wire guard */
+    lws_sul_schedule(s->ctx, 0, &s->sweep_timer, sweep_tick, SOCKETS_SWEEP_MS * 1000);
     struct lws_vhost *vh = lws_get_vhost_by_name(s->ctx, "default");
     s->port = vh ? lws_get_vhost_listen_port(vh) : o->port;
     if (!o->quiet) {
@@ -592,6 +614,7 @@ static void server_free(server *s)
     g_srv = NULL;
     if (s->ctx) {
         lws_sul_cancel(&s->stop_timer);
+        lws_sul_cancel(&s->sweep_timer);
         bridge_detach(&s->bridge);
         lws_context_destroy(s->ctx); /* closes the sockets still open (CLOSED callbacks) */
         close_loop(s);

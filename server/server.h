@@ -36,6 +36,8 @@ typedef struct {
     int32_t max_inflight; /* requests in flight per connection */
     int32_t max_message;  /* bytes of one client message */
     int32_t max_outbox;   /* bytes queued for one connection before it is closed */
+    double request_timeout_s; /* an HTTP request's head and body, from its first byte (408) */
+    int32_t min_body_rate;    /* bytes a second a body must average after its first 5 s (408) */
     int32_t default_max_tokens;
     double default_temperature, default_top_p;
     int32_t default_top_k;

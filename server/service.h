@@ -57,7 +57,6 @@ typedef struct srv_conn {
     int is_ws;
     char peer[64];
     req_owner owner; /* this connection's session and requests (/ws, or HTTP generation) */
-    reqlog_budget refusal_log; /* /ws: how many of its refused requests the log still takes */
     srv_frame *out_head, *out_tail;
     size_t out_bytes;
     int subscribed;
@@ -118,6 +117,7 @@ typedef struct server {
     struct srv_sock **sock_buckets; /* by wsi */
     size_t n_sock_buckets;
     int32_t n_sockets, n_evicting;
+    int32_t sock_band; /* sockets accepted past --max-connections to be answered 503 / 1013 */
     struct srv_sock *silent_head, *silent_tail; /* no request yet, oldest first */
     struct srv_sock **sock_by_fd;               /* the same, by descriptor (wire_recv.c) */
     int n_sock_by_fd;
@@ -126,6 +126,7 @@ typedef struct server {
     int closing_sockets;       /* stop: batchers stopped, sockets told 1001 */
     ifl_history *history;      /* NULL once stopped */
     lws_sorted_usec_list_t stop_timer;
+    lws_sorted_usec_list_t sweep_timer; /* request deadlines (sockets_sweep) */
 } server;
 
 /* server.c (service thread): every item the engine's threads have queued on the bridge, handled
@@ -154,17 +155,17 @@ void http_on_history_done(void *ud, history_job *job); /* history thread: into t
  * server has none. */
 int srv_api_key_ok(const server *s, struct lws *wsi, int url_arg);
 /* The request's Host (and with origin its Origin) against --allowed-hosts / --allowed-origins
- * (origin.h): 0 if it may go on, else 1 with why filled (for a close reason: under 120 bytes). */
+ * (origin.h): 0 if it may go on; 1 refused (403, /ws 1008); 2 a Host or Origin header over 255
+ * bytes (431, /ws 1008: never read as absent); why filled (for a close reason: under 120 bytes). */
 int srv_refusal(const server *s, struct lws *wsi, int origin, char *why, size_t cap);
 int http_unauthorized(server *s, srv_conn *c, struct lws *wsi, int openai); /* the 401 answer */
 /* http_v2.c: GET/HEAD of a path under /v2 (service thread) */
 int http_v2(server *s, srv_conn *c, struct lws *wsi, const char *path, int head_only);
-/* http_gen.c (service thread): http_gen_is_path: a generation path (Triton's .../generate[_stream],
- * /v1/completions, /v1/chat/completions); POST of one, its body's pieces and end, the stream's
+/* http_gen.c (service thread): POST of a generation path (Triton's .../generate[_stream],
+ * /v1/completions, /v1/chat/completions), its body's pieces and end, the stream's
  * HTTP_WRITEABLE (http_gen_streaming: the connection has one), and the end of the transaction or
  * the connection (its request, if any, is cancelled). http_gen_served_name: the model directory's
  * name, an OpenAI model id meaning iterative. */
-int http_gen_is_path(const char *path);
 const char *http_gen_served_name(const server *s);
 int http_gen_begin(server *s, srv_conn *c, struct lws *wsi, const char *path);
 int http_gen_body(server *s, srv_conn *c, struct lws *wsi, const void *in, size_t len);

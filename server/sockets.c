@@ -21,9 +21,13 @@
 #include "sockets.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <sys/ioctl.h>
+#include <sys/resource.h>
 
 #include "service.h"
+#include "util.h"
 #include "wire_recv.h"
 
 struct srv_sock {
@@ -34,6 +38,7 @@ struct srv_sock {
     int evicting; /* closed to make room: counted until lws destroys it */
     void *http;   /* http_gen.c's state of the connection (its session), or NULL */
     int fd;       /* its descriptor once lws gave it one (-1 before) */
+    uint64_t t_accept_us;
     wire_conn wire;
 };
 
@@ -53,6 +58,21 @@ static void unlink_silent(server *s, srv_sock *k)
     k->silent = 0;
 }
 
+/* Back on the list, newest: it began a request it has not finished. */
+static void link_silent(server *s, srv_sock *k)
+{
+    if (k->silent || k->evicting)
+        return;
+    k->prev = s->silent_tail;
+    k->next = NULL;
+    if (s->silent_tail)
+        s->silent_tail->next = k;
+    else
+        s->silent_head = k;
+    s->silent_tail = k;
+    k->silent = 1;
+}
+
 static size_t bucket_of(const server *s, const struct lws *wsi)
 {
     uint64_t h = (uint64_t)(uintptr_t)wsi * 0x9E3779B97F4A7C15ull;
@@ -69,10 +89,24 @@ static srv_sock *find(const server *s, const struct lws *wsi)
     return NULL;
 }
 
+/* The band past the limit: SOCKETS_BAND_PER times it where the descriptor limit has room. */
+static int32_t band_size(const server *s)
+{
+    int64_t max = s->o->max_connections, band = max * SOCKETS_BAND_PER;
+    struct rlimit rl;
+    if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur != RLIM_INFINITY) {
+        int64_t room = (int64_t)rl.rlim_cur - max - SOCKETS_FD_RESERVE;
+        if (room < band)
+            band = room;
+    }
+    return band < SOCKETS_BAND_MIN ? SOCKETS_BAND_MIN : (int32_t)band;
+}
+
 void sockets_start(server *s)
 {
+    s->sock_band = band_size(s);
     size_t n = 1024;
-    while (n < 2 * (size_t)(s->o->max_connections + SOCKETS_BAND))
+    while (n < 2 * (size_t)(s->o->max_connections + s->sock_band))
         n *= 2;
     s->sock_buckets = calloc(n, sizeof *s->sock_buckets);
     s->n_sock_buckets = s->sock_buckets ? n : 0; /* none: nothing counted, like before */
@@ -109,6 +143,7 @@ void sockets_instantiated(server *s, struct lws *wsi)
     }
     k->fd = fd;
     wire_init(&k->wire.scan);
+    k->wire.wsi = wsi;
     s->sock_by_fd[fd] = k;
 }
 
@@ -128,6 +163,7 @@ void sockets_created(server *s, struct lws *wsi)
         return; /* uncounted: it is closed like any other, only not evicted */
     k->wsi = wsi;
     k->fd = -1;
+    k->t_accept_us = ifl_now_us();
     k->silent = 1;
     k->prev = s->silent_tail;
     if (s->silent_tail)
@@ -165,31 +201,164 @@ void sockets_destroyed(server *s, struct lws *wsi)
     free(k);
 }
 
-void sockets_requested(server *s, struct lws *wsi)
+void sockets_http_delivered(server *s, struct lws *wsi)
 {
     srv_sock *k = find(s, wsi);
     if (k)
+        k->wire.delivered = 1;
+}
+
+void sockets_http_dropped(server *s, struct lws *wsi)
+{
+    srv_sock *k = find(s, wsi);
+    if (!k || !k->wire.delivered)
+        return; /* (the bind before a transaction's callback: its request is not answered yet) */
+    k->wire.delivered = 0;
+    k->wire.held = 0;
+    k->wire.drained = 0;
+    if (k->wire.pipelined) {
+        s->m.sockets_pipelined++;
+        lws_set_timeout(wsi, PENDING_TIMEOUT_CLOSE_SEND, LWS_TO_KILL_ASYNC);
+    }
+}
+
+void sockets_requested(server *s, struct lws *wsi)
+{
+    srv_sock *k = find(s, wsi);
+    if (!k)
+        return;
+    /* (an HTTP request whose body is still coming stays closable: wire_recv.c says when it is
+     * whole) */
+    if (k->fd >= 0 && wire_read_mode(&k->wire.scan) == WIRE_READ_BODY && !k->wire.failed)
+        return;
+    unlink_silent(s, k);
+}
+
+void sockets_read(server *s, wire_conn *wc, int was_between, uint32_t requests_before)
+{
+    srv_sock *k = (srv_sock *)((char *)wc - offsetof(srv_sock, wire));
+    uint64_t now = ifl_now_us();
+    if (wc->scan.requests != requests_before) { /* whole: it waits for its answer */
+        wc->held = 1;
+        wc->deadline_us = 0;
+        wc->body_timed = 0;
         unlink_silent(s, k);
+        return;
+    }
+    int mode = wire_read_mode(&wc->scan);
+    if (was_between && (mode != WIRE_READ_HEAD || !wire_between_requests(&wc->scan))) {
+        wc->deadline_us = now + (uint64_t)(s->o->request_timeout_s * 1e6);
+        link_silent(s, k); /* (a keep-alive connection's next request) */
+    }
+    if (mode == WIRE_READ_BODY && !wc->body_timed && wc->deadline_us) {
+        uint64_t t = now + (uint64_t)SOCKETS_BODY_GRACE_S * 1000000u +
+                     wire_body_left(&wc->scan) * 1000000u / (uint64_t)s->o->min_body_rate;
+        if (t < wc->deadline_us)
+            wc->deadline_us = t;
+        wc->body_timed = 1;
+    }
+    if (mode == WIRE_READ_FRAMES) /* (an upgrade: /ws's own limits) */
+        wc->deadline_us = 0;
+}
+
+int sockets_http10(server *s, struct lws *wsi)
+{
+    srv_sock *k = find(s, wsi);
+    return k && k->wire.scan.http10;
+}
+
+void sockets_http_whole(server *s, struct lws *wsi)
+{
+    srv_sock *k = find(s, wsi);
+    if (k) {
+        k->wire.deadline_us = 0;
+        unlink_silent(s, k);
+    }
+}
+
+/* A closable socket that is not about to speak: not accepted within SOCKETS_YOUNG_MS, and its
+ * client's bytes are not waiting unread in the kernel's buffer (a burst of clients whose requests
+ * lws has not read yet are not silent). */
+static srv_sock *pick_victim(server *s)
+{
+    int looked = 0;
+    uint64_t young = ifl_now_us() - (uint64_t)SOCKETS_YOUNG_MS * 1000u;
+    for (srv_sock *k = s->silent_head; k && looked < 32; k = k->next, looked++) {
+        int pending = 0;
+        if (k->t_accept_us > young)
+            continue;
+        if (k->fd >= 0 && !k->wire.failed && ioctl(k->fd, FIONREAD, &pending) == 0 && pending > 0)
+            continue;
+        return k;
+    }
+    return NULL;
+}
+
+/* Closed to make room: a client in the middle of a request is told so (503). */
+static void evict(server *s, srv_sock *k)
+{
+    unlink_silent(s, k);
+    k->evicting = 1;
+    s->n_evicting++;
+    s->m.sockets_evicted++;
+    if (k->fd >= 0 && k->wire.deadline_us && !k->wire.failed) {
+        /* what the client still sends is read and dropped (wire_recv.c) until it closes, so the
+         * answer is not lost to a reset; at the latest in a second we close */
+        k->wire.failed = 1;
+        k->wire.deadline_us = 0;
+        metrics_count_error(&s->m, IFL_CODE_TOO_MANY_CONNECTIONS);
+        wire_answer(k->fd, k->wire.scan.api, IFL_CODE_TOO_MANY_CONNECTIONS,
+                    "this connection was closed to make room for another: its request was not "
+                    "whole (--max-connections); try again",
+                    1);
+        lws_set_timeout(k->wsi, PENDING_TIMEOUT_CLOSE_SEND, 1);
+        return;
+    }
+    lws_set_timeout(k->wsi, PENDING_TIMEOUT_CLOSE_SEND, LWS_TO_KILL_ASYNC);
 }
 
 int sockets_admit(server *s)
 {
     int32_t max = s->o->max_connections, held = s->n_sockets - s->n_evicting;
-    if (held < max)
-        return 0;
-    srv_sock *victim = s->silent_head;
-    if (victim && s->n_evicting < SOCKETS_CLOSING_MAX) {
-        unlink_silent(s, victim);
-        victim->evicting = 1;
-        s->n_evicting++;
-        s->m.sockets_evicted++;
-        lws_set_timeout(victim->wsi, PENDING_TIMEOUT_CLOSE_SEND, LWS_TO_KILL_ASYNC);
-        return 0;
+    /* room within the limit, made by closing as many closable sockets as it takes (those that
+     * were accepted in the band while none was closable are among them) */
+    srv_sock *victim;
+    while (held >= max && s->n_evicting < SOCKETS_CLOSING_MAX && (victim = pick_victim(s))) {
+        evict(s, victim);
+        held--;
     }
-    if (!victim && held < max + SOCKETS_BAND)
+    if (held < max + s->sock_band)
         return 0;
     s->m.sockets_refused++;
     return 1;
+}
+
+void sockets_sweep(server *s)
+{
+    uint64_t now = ifl_now_us();
+    for (size_t b = 0; b < s->n_sock_buckets; b++)
+        for (srv_sock *k = s->sock_buckets[b]; k; k = k->hnext) {
+            wire_conn *wc = &k->wire;
+            if (!wc->deadline_us || now < wc->deadline_us || wc->failed || k->evicting ||
+                k->fd < 0)
+                continue;
+            wc->failed = 1;
+            wc->deadline_us = 0;
+            s->m.sockets_deadline++;
+            const srv_conn *c = lws_wsi_user(k->wsi);
+            if (!c || !c->http_close_after) { /* (else lws is writing an answer already) */
+                char why[200];
+                snprintf(why, sizeof why,
+                         "the request was not whole in time: its head and body must arrive within "
+                         "--request-timeout (%.0f s), a body at --min-body-rate (%d bytes a "
+                         "second) after its first %d s",
+                         s->o->request_timeout_s, s->o->min_body_rate, SOCKETS_BODY_GRACE_S);
+                metrics_count_error(&s->m, IFL_CODE_REQUEST_TIMEOUT);
+                wire_answer(k->fd, wc->scan.api, IFL_CODE_REQUEST_TIMEOUT, why, 0);
+            }
+            /* the client may read the answer and close; at the latest in 2 s we do */
+            lws_set_timeout(k->wsi, PENDING_TIMEOUT_CLOSE_SEND, 2);
+        }
 }
 
 int sockets_over_limit(const server *s)

@@ -19,9 +19,14 @@ static void reset_head(wire_state *w)
 {
     uint8_t phase = w->phase;
     uint64_t left = w->left;
+    uint32_t requests = w->requests;
+    uint8_t api = w->api, http10 = w->http10;
     wire_init(w);
     w->phase = phase;
     w->left = left;
+    w->requests = requests;
+    w->api = api;
+    w->http10 = http10;
 }
 
 static void reset_line(wire_state *w)
@@ -115,6 +120,8 @@ static wire_verdict end_head(wire_state *w)
     } else if (w->has_length && w->content_length) {
         w->phase = PH_BODY;
         w->left = w->content_length;
+    } else {
+        w->requests++; /* no body: the head is the whole request */
     }
     reset_head(w);
     return WIRE_OK;
@@ -127,6 +134,8 @@ static wire_verdict end_line(wire_state *w)
             return WIRE_OK; /* an empty line before the request line is ignored (RFC 9112 2.2) */
         w->lines = 1;
         w->is_get = name_is(w, "GET");
+        const uint8_t *v = w->line_seen + 4;
+        w->http10 = w->version_seen == 8 && !memcmp(v, "1.0", 3);
         reset_line(w);
         return WIRE_OK;
     }
@@ -156,6 +165,19 @@ static wire_verdict target_byte(wire_state *w, uint8_t c)
     return WIRE_OK;
 }
 
+/* The API a target is under, from its first bytes (so far). */
+static void classify_target(wire_state *w)
+{
+    const uint8_t *t = w->line_seen;
+    unsigned n = w->target_seen < 4 ? w->target_seen : 4;
+    if (n >= 4 && !memcmp(t, "/v1/", 4))
+        w->api = WIRE_API_OPENAI;
+    else if (n >= 3 && !memcmp(t, "/v2", 3) && (n == 3 || t[3] == '/' || t[3] == '?'))
+        w->api = WIRE_API_TRITON;
+    else
+        w->api = WIRE_API_NONE;
+}
+
 static wire_verdict request_line_byte(wire_state *w, uint8_t c)
 {
     if (c == ' ') {
@@ -163,8 +185,22 @@ static wire_verdict request_line_byte(wire_state *w, uint8_t c)
             w->part++;
         return WIRE_OK;
     }
-    if (w->part == 1)
+    if (w->part == 1) {
+        if (w->target_seen < 4)
+            w->line_seen[w->target_seen] = c;
+        w->target_seen += w->target_seen < 255;
+        if (w->target_seen <= 4)
+            classify_target(w);
         return target_byte(w, c);
+    }
+    if (w->part == 2) { /* "HTTP/" then the version's first bytes */
+        if (w->version_seen >= 5 && w->version_seen < 10)
+            w->line_seen[4 + w->version_seen - 5] = c;
+        w->version_seen += w->version_seen < 255;
+        return WIRE_OK;
+    }
+    if (w->part == 0 && !w->name_len && !w->name_long)
+        w->api = w->http10 = 0; /* a new request: until its line is whole, no API */
     if (w->part == 0) { /* the method (case-sensitive): only whether it is GET matters */
         if (w->name_len < sizeof w->name)
             w->name[w->name_len++] = (char)c;
@@ -239,31 +275,69 @@ static wire_verdict frame_byte(wire_state *w, uint8_t c)
     return WIRE_OK;
 }
 
-wire_verdict wire_scan(wire_state *w, const uint8_t *p, size_t n)
+wire_verdict wire_scan_upto(wire_state *w, const uint8_t *p, size_t n, size_t *used)
 {
     size_t i = 0;
-    while (i < n) {
+    uint32_t requests = w->requests;
+    while (i < n && w->requests == requests) {
         wire_verdict v = WIRE_OK;
         if (w->phase == PH_FAILED)
-            return (wire_verdict)w->verdict;
-        if (w->phase == PH_PASS)
-            return WIRE_OK;
+            break;
+        if (w->phase == PH_PASS) {
+            i = n;
+            break;
+        }
         if ((w->phase == PH_BODY || w->phase == PH_FRAMES) && w->left) {
             uint64_t k = w->left < n - i ? w->left : n - i;
             i += (size_t)k;
             w->left -= k;
-            if (!w->left && w->phase == PH_BODY)
+            if (!w->left && w->phase == PH_BODY) {
                 w->phase = PH_HEAD;
+                w->requests++;
+            }
             continue;
         }
-        if (w->phase == PH_BODY) /* (an empty body) */
-            w->phase = PH_HEAD;
         v = w->phase == PH_FRAMES ? frame_byte(w, p[i]) : head_byte(w, p[i]);
         i++;
+        if (v) {
+            *used = i;
+            return v;
+        }
+    }
+    *used = i;
+    return w->phase == PH_FAILED ? (wire_verdict)w->verdict : WIRE_OK;
+}
+
+wire_verdict wire_scan(wire_state *w, const uint8_t *p, size_t n)
+{
+    size_t at = 0;
+    while (at < n) {
+        size_t used;
+        wire_verdict v = wire_scan_upto(w, p + at, n - at, &used);
         if (v)
             return v;
+        at += used;
     }
     return w->phase == PH_FAILED ? (wire_verdict)w->verdict : WIRE_OK;
+}
+
+int wire_read_mode(const wire_state *w)
+{
+    if (w->phase == PH_HEAD)
+        return WIRE_READ_HEAD;
+    if (w->phase == PH_BODY)
+        return WIRE_READ_BODY;
+    return w->phase == PH_FRAMES ? WIRE_READ_FRAMES : WIRE_READ_ANY;
+}
+
+uint64_t wire_body_left(const wire_state *w)
+{
+    return w->phase == PH_BODY ? w->left : 0;
+}
+
+int wire_between_requests(const wire_state *w)
+{
+    return w->phase == PH_HEAD && !w->lines && !w->line_len && !w->cr && !w->head_len;
 }
 
 int wire_http_status(wire_verdict v)

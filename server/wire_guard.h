@@ -51,6 +51,11 @@ typedef struct {
     uint32_t target_len, params;
     uint64_t content_length;
     uint64_t left;     /* body or frame payload bytes still to pass */
+    uint32_t requests; /* whole HTTP requests scanned (head and body; not upgrades, not chunked) */
+    uint8_t api;       /* the last request line's target: WIRE_API_* (kept through its body) */
+    uint8_t http10;    /* and its version was HTTP/1.0 */
+    uint8_t line_seen[9]; /* the request line so far: the target's first 4 bytes, the version */
+    uint8_t target_seen, version_seen;
     uint8_t frame[14]; /* a frame header so far */
     uint8_t frame_len;
     char why[112]; /* what was wrong, once a verdict is given */
@@ -58,9 +63,26 @@ typedef struct {
 
 void wire_init(wire_state *w);
 
+/* Which API a request's target is under, for answers in its error shape. */
+enum { WIRE_API_NONE, WIRE_API_OPENAI /* /v1/ */, WIRE_API_TRITON /* /v2 */ };
+
 /* Scans the next n bytes; WIRE_OK, or the first violation (w->why says what and where), after
  * which the state is spent: later calls give the same verdict. */
 wire_verdict wire_scan(wire_state *w, const uint8_t *p, size_t n);
+
+/* The same, stopping right after the byte that completes an HTTP request (its head, or its body's
+ * last byte): *used says how many bytes of p were scanned (n when no request ended in them). */
+wire_verdict wire_scan_upto(wire_state *w, const uint8_t *p, size_t n, size_t *used);
+
+/* How the next bytes are read: WIRE_READ_HEAD (a request head, whose end is not known until it is
+ * scanned), WIRE_READ_BODY (wire_body_left() bytes of a body with a Content-Length),
+ * WIRE_READ_FRAMES (WebSocket frames after an upgrade), WIRE_READ_ANY (a chunked body and what
+ * follows it, or a spent state). */
+enum { WIRE_READ_HEAD, WIRE_READ_BODY, WIRE_READ_FRAMES, WIRE_READ_ANY };
+int wire_read_mode(const wire_state *w);
+uint64_t wire_body_left(const wire_state *w);
+/* Between two requests: nothing of the next head scanned yet (an empty line there is skipped). */
+int wire_between_requests(const wire_state *w);
 
 /* The HTTP status for a verdict (431, 414, 400), or 0 for WIRE_OK and WIRE_UNMASKED_FRAME */
 int wire_http_status(wire_verdict v);

@@ -4,17 +4,22 @@
  * is the next definition after it (dlsym RTLD_NEXT: libc's, or a sanitizer's interceptor).
  *
  * Only the thread that serves (wire_recv_bind) and only the descriptors its accepted sockets were
- * given (sockets_instantiated) are looked at; every other call passes straight through. On a
- * verdict the guard answers for lws, which never sees the offending bytes:
- *   HTTP (431, 414, 400)  the status and what was wrong, "connection: close", our side shut for
- *                         writing; then whatever the client still sends is read and dropped
- *                         until it closes (so our answer is not lost to a reset), at most
- *                         WIRE_DRAIN_MAX bytes, and lws's header timeout ends a client that
- *                         does neither;
+ * given (sockets_instantiated) are looked at; every other call passes straight through.
+ *
+ * One HTTP request at a time: a request head is peeked and read only through the end of its
+ * request (head and Content-Length body), so lws never holds a byte of the next one; until the
+ * answer is complete nothing more is handed to lws (held(): a request pipelined behind it closes
+ * the connection after the answer). Empty lines between requests are dropped. Each read also
+ * feeds the request's deadlines and the connection limit's accounting (sockets_read).
+ *
+ * On a verdict the guard answers for lws, which never sees the offending bytes:
+ *   HTTP (431, 414, 400)  a JSON error in the API's shape naming what was wrong (wire_answer),
+ *                         "connection: close", our side shut for writing; then whatever the
+ *                         client still sends is read and dropped until it closes (so our answer
+ *                         is not lost to a reset), at most WIRE_DRAIN_MAX bytes, and lws's header
+ *                         timeout ends a client that does neither;
  *   an unmasked frame     a close frame with 1002 and the reason, then the end of the
- *                         connection (RFC 6455 5.1: the server must fail it).
- * What lws had read of the same buffer before the offending bytes is dropped with them. An answer
- * lws was still writing on the connection (a pipelined request's) would be cut by ours. */
+ *                         connection (RFC 6455 5.1: the server must fail it). */
 #include "wire_recv.h"
 
 #include <dlfcn.h>
@@ -24,6 +29,9 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include <sys/uio.h>
+
+#include "http_api.h"
 #include "service.h"
 #include "sockets.h"
 
@@ -45,15 +53,6 @@ void wire_recv_bind(server *s)
     tl_server = s;
 }
 
-static const char *reason_phrase(int status)
-{
-    switch (status) {
-    case 414: return "URI Too Long";
-    case 431: return "Request Header Fields Too Large";
-    default: return "Bad Request";
-    }
-}
-
 /* Everything the client still sends, read and dropped: -1 with errno EAGAIN while it may send
  * more (lws waits), 0 once it closed or sent too much (lws closes). */
 static ssize_t drain(wire_conn *wc, int fd, void *buf, size_t len, int flags)
@@ -68,17 +67,59 @@ static ssize_t drain(wire_conn *wc, int fd, void *buf, size_t len, int flags)
     }
 }
 
-static void answer_http(int fd, int status, const char *why)
+static const char *reason_phrase(int status)
 {
-    char body[160], msg[400];
-    int nb = snprintf(body, sizeof body, "%s\n", why);
-    int n = snprintf(msg, sizeof msg,
-                     "HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\n"
-                     "content-length: %d\r\nconnection: close\r\n\r\n%s",
-                     status, reason_phrase(status), nb, body);
-    if (n > 0 && (size_t)n < sizeof msg)
-        (void)send(fd, msg, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    switch (status) {
+    case 408: return "Request Timeout";
+    case 414: return "URI Too Long";
+    case 431: return "Request Header Fields Too Large";
+    case 503: return "Service Unavailable";
+    default: return "Bad Request";
+    }
+}
+
+void wire_answer(int fd, int api, ifl_code code, const char *why, int retry_after_s)
+{
+    int status = ifl_code_get(code)->http_status;
+    strbuf body;
+    sb_init(&body, 0);
+    if (api == WIRE_API_OPENAI) {
+        openai_write_error(&body, status, code, NULL, why, 0);
+    } else if (api == WIRE_API_TRITON) {
+        http_req_info none = {.api = HTTP_API_TRITON};
+        triton_write_error(&body, &none, code, why, 0);
+    } else {
+        sb_puts(&body, "{\"error\":");
+        sb_json_str(&body, why, strlen(why));
+        sb_printf(&body, ",\"code\":\"%s\"}", ifl_code_name(code));
+    }
+    sb_puts(&body, "\n");
+    char head[320];
+    char retry[40] = "";
+    if (retry_after_s > 0)
+        snprintf(retry, sizeof retry, "retry-after: %d\r\n", retry_after_s);
+    int n = snprintf(head, sizeof head,
+                     "HTTP/1.1 %d %s\r\ncontent-type: application/json\r\n"
+                     "content-length: %zu\r\n%sx-content-type-options: nosniff\r\n"
+                     "connection: close\r\n\r\n",
+                     status, reason_phrase(status), body.len, retry);
+    if (sb_ok(&body) && n > 0 && (size_t)n < sizeof head) {
+        struct iovec iov[2] = {{head, (size_t)n}, {body.buf, body.len}};
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
+        (void)sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    sb_free(&body);
     shutdown(fd, SHUT_WR);
+}
+
+static ifl_code verdict_code(wire_verdict v)
+{
+    switch (v) {
+    case WIRE_HEAD_TOO_LARGE:
+    case WIRE_TOO_MANY_HEADERS: return IFL_CODE_HEADER_TOO_LARGE;
+    case WIRE_TARGET_TOO_LONG: return IFL_CODE_TARGET_TOO_LONG;
+    default: return IFL_CODE_BAD_HTTP;
+    }
 }
 
 static void close_1002(int fd, const char *why)
@@ -101,12 +142,93 @@ static ssize_t act(server *s, wire_conn *wc, int fd, wire_verdict v, void *buf, 
     s->m.wire_refused[v - 1]++;
     wc->failed = 1;
     int status = wire_http_status(v);
+    if (status)
+        metrics_count_error(&s->m, verdict_code(v));
     if (!status) {
         close_1002(fd, wc->scan.why);
         return 0;
     }
-    answer_http(fd, status, wc->scan.why);
+    wire_answer(fd, wc->scan.api, verdict_code(v), wc->scan.why, 0);
     return drain(wc, fd, buf, len, flags);
+}
+
+/* A whole request is out to lws and not yet answered: lws must not see more until the answer is
+ * complete (it would take the next request's bytes as more of this one's and replay them). lws
+ * 4.1.6 cannot be told to stop reading an HTTP/1 socket without also stopping its writes (its
+ * POLLIN handler returns before the POLLOUT one while the socket is flow-controlled), so what the
+ * client sends meanwhile is read here: empty lines are dropped; anything else is a pipelined
+ * request, which is refused by closing the connection once this answer is out (RFC 9112 9.3.2:
+ * the client retries what was not answered), and dropped (at most WIRE_DRAIN_MAX bytes, then the
+ * connection closes at once). The peer's end of input (EOF) while held is its going away: lws
+ * closes, and the request is cancelled. */
+static size_t empty_line_bytes(const uint8_t *p, size_t n);
+
+static ssize_t held(wire_conn *wc, int fd, void *buf, size_t len, int flags)
+{
+    for (;;) {
+        ssize_t n = real_recv(fd, buf, len, flags);
+        if (n <= 0)
+            return n;
+        if (empty_line_bytes(buf, (size_t)n) < (size_t)n && !wc->pipelined) {
+            wc->pipelined = 1;
+            srv_conn *c = wc->wsi ? lws_wsi_user(wc->wsi) : NULL;
+            if (c && !c->is_ws)
+                c->http_close_after = 1; /* the answer says "connection: close" if not yet out */
+        }
+        wc->drained += (uint64_t)n;
+        if (wc->drained > WIRE_DRAIN_MAX)
+            return 0;
+    }
+}
+
+/* The number of leading bytes of p that are CR or LF. */
+static size_t empty_line_bytes(const uint8_t *p, size_t n)
+{
+    size_t k = 0;
+    while (k < n && (p[k] == '\r' || p[k] == '\n'))
+        k++;
+    return k;
+}
+
+/* A request head: peeked and scanned, then read only through the end of the request (a pipelined
+ * one behind it stays in the kernel's buffer); the scanner is advanced over what was read. Empty
+ * lines between requests are read and dropped (RFC 9112 2.2: a server ignores them; some clients
+ * send a CRLF after a POST body). */
+static ssize_t read_head(server *s, wire_conn *wc, int fd, void *buf, size_t len, int flags)
+{
+    ssize_t n;
+    for (;;) {
+        n = real_recv(fd, buf, len, flags | MSG_PEEK);
+        if (n <= 0)
+            return n;
+        size_t k = wire_between_requests(&wc->scan) ? empty_line_bytes(buf, (size_t)n) : 0;
+        if (!k)
+            break;
+        if (real_recv(fd, buf, k, flags) <= 0)
+            return -1;
+        if (k == (size_t)n) {
+            errno = EAGAIN;
+            return -1;
+        }
+    }
+    wire_state ahead = wc->scan;
+    size_t used;
+    wire_verdict v = wire_scan_upto(&ahead, buf, (size_t)n, &used);
+    ssize_t got = real_recv(fd, buf, v ? (size_t)n : used, flags);
+    if (got <= 0)
+        return got;
+    if (v) {
+        wc->scan = ahead;
+        return act(s, wc, fd, v, buf, len, flags);
+    }
+    uint32_t before = wc->scan.requests;
+    int was_between = wire_between_requests(&wc->scan);
+    if ((size_t)got == used)
+        wc->scan = ahead;
+    else if ((v = wire_scan(&wc->scan, buf, (size_t)got)))
+        return act(s, wc, fd, v, buf, len, flags);
+    sockets_read(s, wc, was_between, before);
+    return got;
 }
 
 ssize_t recv(int fd, void *buf, size_t len, int flags)
@@ -122,9 +244,21 @@ ssize_t recv(int fd, void *buf, size_t len, int flags)
         return real_recv(fd, buf, len, flags);
     if (wc->failed)
         return drain(wc, fd, buf, len, flags);
+    if (wc->held)
+        return held(wc, fd, buf, len, flags);
+    int mode = wire_read_mode(&wc->scan);
+    if (mode == WIRE_READ_HEAD)
+        return read_head(s, wc, fd, buf, len, flags);
+    if (mode == WIRE_READ_BODY && wire_body_left(&wc->scan) < len)
+        len = (size_t)wire_body_left(&wc->scan); /* through the body's end, not past it */
     ssize_t n = real_recv(fd, buf, len, flags);
     if (n <= 0)
         return n;
+    uint32_t before = wc->scan.requests;
     wire_verdict v = wire_scan(&wc->scan, buf, (size_t)n);
-    return v ? act(s, wc, fd, v, buf, len, flags) : n;
+    if (v)
+        return act(s, wc, fd, v, buf, len, flags);
+    if (mode == WIRE_READ_BODY)
+        sockets_read(s, wc, 0, before);
+    return n;
 }

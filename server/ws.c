@@ -366,7 +366,7 @@ static int on_established(server *s, srv_conn *c, struct lws *wsi)
     c->wsi = wsi;
     c->is_ws = 1;
     req_owner_init(&c->owner, &WS_SINK, c, req_random_u64(&s->rl), s->o->max_inflight);
-    c->owner.refusal_log = &c->refusal_log;
+    reqlog_peer_key(lws_get_socket_fd(wsi), c->owner.peer); /* its refusals: its address's budget */
     lws_get_peer_simple(wsi, c->peer, sizeof c->peer);
     c->next = s->conns;
     c->prev = NULL;

@@ -115,7 +115,11 @@
   async function api(path) {
     let res;
     try {
-      res = await fetch(path, { cache: 'no-store', headers: { Accept: 'application/json' } });
+      // a server started with --api-key wants it here too (the page was opened as /?api_key=KEY)
+      const key = new URLSearchParams(location.search).get('api_key');
+      const headers = { Accept: 'application/json' };
+      if (key) headers.Authorization = 'Bearer ' + key;
+      res = await fetch(path, { cache: 'no-store', headers });
     } catch (e) {
       return { ok: false, status: 0, message: String(e && e.message || e) };
     }

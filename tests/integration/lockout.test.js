@@ -8,8 +8,8 @@
 // 256 places went to the five. The greedy ones must see queue_full naming their share or the
 // places kept for newcomers, with a retry_after_ms, and each must still be served. The verdicts
 // are what the server decided (frames), not how long anything took; times are printed only.
-// The request log keeps at most 32 of a client's refusals plus 4 a second (server/reqlog.h): the
-// rest are counted in inflight_request_log_refusals_skipped_total.
+// The request log keeps a budget of refusals per client address and for all clients
+// (server/reqlog.h): the rest are counted in inflight_request_log_refusals_skipped_total.
 const path = require('path');
 const L = require('./lib');
 const D = require('../db/dblib');

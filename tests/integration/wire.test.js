@@ -29,11 +29,27 @@ function params(n) {
 
 const repeat = (n, f) => Array.from({ length: n }, (_, i) => f(i));
 
+// A refusal's body is a JSON error in the API's shape (OpenAI's under /v1/, {"error": message}
+// elsewhere): its message is what bodyRe matches.
+function refusalMessage(what, text) {
+  const body = text.slice(text.indexOf('\r\n\r\n') + 4);
+  L.check(/\r\ncontent-type: application\/json\r\n/i.test(text), () => `${what}: not JSON: ${text.slice(0, 300)}`);
+  let j;
+  try {
+    j = JSON.parse(body);
+  } catch (e) {
+    L.fail(`${what}: the body is not JSON: ${JSON.stringify(body)}`);
+  }
+  const msg = typeof j.error === 'string' ? j.error : j.error && j.error.message;
+  L.check(typeof msg === 'string', () => `${what}: no error message in ${body}`);
+  return msg;
+}
+
 async function expectStatus(port, what, raw, status, bodyRe) {
   const r = await L.rawHttp(port, raw, 10000);
   L.eq(r.status, status, `${what}: status`);
   if (bodyRe) {
-    const body = r.text.slice(r.text.indexOf('\r\n\r\n') + 4).replace(/\n$/, '');
+    const body = refusalMessage(what, r.text);
     L.check(bodyRe.test(body), () => `${what}: body ${JSON.stringify(body)} does not match ${bodyRe}`);
     L.check(/\r\nconnection: close\r\n/i.test(r.text), `${what}: no "connection: close"`);
   }

@@ -1,7 +1,8 @@
 /* test_protocol.c: the client-message parser of the WebSocket protocol (server/protocol.c): every
  * documented error code from the message that causes it, the id carried into errors, defaults and
- * ranges, that well-formed messages parse to the right values, and the chat template of
- * `messages` (chat_template.h) rendered exactly. */
+ * ranges, that well-formed messages parse to the right values, the chat template of `messages`
+ * (chat_template.h) rendered exactly, and duplicate keys refused at any depth. */
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -171,6 +172,50 @@ static void chat_and_conversations(void)
     proto_msg_free(&m);
 }
 
+/* proto_parse_json_object on text: NULL want means it must parse; else refused as invalid_message
+ * whose message holds want and whose param is the key. */
+static void expect_object(const char *text, const char *want, const char *param)
+{
+    proto_error e;
+    memset(&e, 0, sizeof e);
+    struct cJSON *root = proto_parse_json_object(text, strlen(text), &e);
+    int ok = want ? !root && e.code == IFL_CODE_INVALID_MESSAGE && strstr(e.message, want) &&
+                        !strcmp(e.param, param)
+                  : root != NULL;
+    if (!ok) {
+        fprintf(stderr, "FAIL %.80s: want %s, got %s (%s, param %s)\n", text, want ? want : "ok",
+                root ? "ok" : "refused", e.message, e.param);
+        failures++;
+    }
+    cJSON_Delete(root);
+}
+
+/* An object, at any depth, with two members of one name is refused naming the key (cJSON keeps
+ * both); the same name in two objects is not a duplicate; 5,000 keys are checked by a sort. */
+static void duplicate_keys(void)
+{
+    expect_object("{\"a\":1,\"b\":2,\"a\":3}", "duplicate key \"a\"", "a");
+    expect_object("{\"m\":[{\"role\":\"u\",\"x\":1,\"role\":\"v\"}]}", "duplicate key \"role\"",
+                  "role");
+    expect_object("{\"a\":{\"b\":{\"c\":[[{\"d\":1,\"d\":1}]]}}}", "duplicate key \"d\"", "d");
+    /* the same name, escaped */
+    expect_object("{\"a\":1,\"\\u0061\":2}", "duplicate key \"a\"", "a");
+    expect_object("{\"a\":{\"x\":1},\"b\":{\"x\":2},\"c\":[{\"x\":1},{\"x\":2}]}", NULL, NULL);
+    expect_object("{\"A\":1,\"a\":2}", NULL, NULL); /* names are case-sensitive */
+    static char big[80000];
+    size_t n = 0;
+    big[n++] = '{';
+    for (int i = 0; i < 5000; i++)
+        n += (size_t)snprintf(big + n, sizeof big - n, "%s\"k%04d\":%d", i ? "," : "", i, i);
+    snprintf(big + n, sizeof big - n, "}");
+    expect_object(big, NULL, NULL);
+    snprintf(big + n, sizeof big - n, ",\"k2500\":0}");
+    expect_object(big, "duplicate key \"k2500\"", "k2500");
+    expect_error("{\"type\":\"generate\",\"id\":\"d\",\"messages\":[{\"role\":\"user\","
+                 "\"content\":\"a\",\"content\":\"b\"}]}",
+                 "invalid_message", "d");
+}
+
 int main(void)
 {
     char big_id[80], long_stop[200], long_prompt[600];
@@ -298,6 +343,7 @@ int main(void)
     CHECK(proto_parse(ping, strlen(ping), &LIM, &m, &e) == 0 && m.kind == PROTO_PING && !m.has_id);
     proto_msg_free(&m);
     chat_and_conversations();
+    duplicate_keys();
     if (failures)
         fprintf(stderr, "test_protocol: %d error cases failed\n", failures);
     CHECK(failures == 0);
