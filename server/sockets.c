@@ -217,8 +217,10 @@ void sockets_http_dropped(server *s, struct lws *wsi)
     k->wire.held = 0;
     k->wire.drained = 0;
     if (k->wire.pipelined) {
+        /* (our answers close such a connection themselves; this is for one lws ended itself:
+         * lws sets its keep-alive timeout after this callback, so the close is the sweep's) */
         s->m.sockets_pipelined++;
-        lws_set_timeout(wsi, PENDING_TIMEOUT_CLOSE_SEND, LWS_TO_KILL_ASYNC);
+        k->wire.close_soon = 1;
     }
 }
 
@@ -333,12 +335,37 @@ int sockets_admit(server *s)
     return 1;
 }
 
+/* The stop: a request still arriving will not be served (503 shutting_down), so its socket does
+ * not hold the stop up until --grace. */
+static void refuse_arriving(server *s, srv_sock *k)
+{
+    wire_conn *wc = &k->wire;
+    wc->failed = 1;
+    wc->deadline_us = 0;
+    const srv_conn *c = lws_wsi_user(k->wsi);
+    if (!c || !c->http_close_after) {
+        metrics_count_error(&s->m, IFL_CODE_SHUTTING_DOWN);
+        wire_answer(k->fd, wc->scan.api, IFL_CODE_SHUTTING_DOWN,
+                    "the server is shutting down: this request was not whole", 0);
+    }
+    lws_set_timeout(k->wsi, PENDING_TIMEOUT_CLOSE_SEND, 1);
+}
+
 void sockets_sweep(server *s)
 {
     uint64_t now = ifl_now_us();
     for (size_t b = 0; b < s->n_sock_buckets; b++)
         for (srv_sock *k = s->sock_buckets[b]; k; k = k->hnext) {
             wire_conn *wc = &k->wire;
+            if (wc->close_soon && !k->evicting) {
+                wc->close_soon = 0;
+                lws_set_timeout(k->wsi, PENDING_TIMEOUT_CLOSE_SEND, LWS_TO_KILL_ASYNC);
+                continue;
+            }
+            if (s->stopping && wc->deadline_us && !wc->failed && !k->evicting && k->fd >= 0) {
+                refuse_arriving(s, k);
+                continue;
+            }
             if (!wc->deadline_us || now < wc->deadline_us || wc->failed || k->evicting ||
                 k->fd < 0)
                 continue;

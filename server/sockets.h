@@ -55,6 +55,7 @@ typedef struct {
     uint64_t drained; /* bytes discarded since */
     int held;         /* a whole request was read and is not yet answered */
     int pipelined;    /* more came while held (dropped): close once the answer is out */
+    int close_soon;   /* the answer is out: the next sweep closes the connection */
     int delivered;    /* lws handed that request to us (LWS_CALLBACK_HTTP) */
     uint64_t deadline_us; /* the request being read must be whole by then (0: none being read) */
     int body_timed;       /* its body's rate is in deadline_us */
@@ -67,7 +68,8 @@ void sockets_read(struct server *s, wire_conn *wc, int was_between, uint32_t req
 int sockets_http10(struct server *s, struct lws *wsi);
 /* A chunked body ended (http_gen.c: the guard cannot see its end): the request is whole. */
 void sockets_http_whole(struct server *s, struct lws *wsi);
-/* Every SOCKETS_SWEEP_MS: a request past its deadline is answered 408 and its socket closed. */
+/* Every SOCKETS_SWEEP_MS: a request past its deadline is answered 408 and its socket closed; once
+ * the server is stopping, a request still arriving is answered 503 shutting_down (and closed). */
 void sockets_sweep(struct server *s);
 /* The guard of the socket on descriptor fd, or NULL if it has none (not an accepted socket). */
 wire_conn *sockets_wire(struct server *s, int fd);
