@@ -9,9 +9,11 @@
 #      avx2 kernel families: valgrind cannot run AVX-512 code);
 #   5. aarch64: the engine cross-compiled with Debian's gcc-aarch64-linux-gnu (scalar kernels) and
 #      its C tests run under qemu-user-static (scripts/test-aarch64.sh, which says which and why);
-#   6. libFuzzer (clang): the /ws message parser, the OpenAI and Triton request body parsers and
-#      the wire guard's scanner of raw connection bytes, each fuzzed for INFLIGHT_FUZZ_SECONDS over
-#      its seed corpus (tests/fuzz), failing on any crash, sanitizer report, leak or timeout;
+#   6. libFuzzer (clang): the /ws message parser, the OpenAI and Triton request body parsers, the
+#      wire guard's scanner of raw connection bytes, and sequences of HTTP requests on one
+#      connection through the whole server in the fuzzer's process (fuzz_http_seq), each fuzzed
+#      for INFLIGHT_FUZZ_SECONDS over its seed corpus (tests/fuzz), failing on any crash,
+#      sanitizer report, leak, hang or timeout;
 #   7. docker (Debian's docker.io; dockerd started if none runs): the CPU image built from
 #      docker/Dockerfile on a base made offline with debootstrap, run, a /ws and an OpenAI request
 #      streamed through it, stopped with docker stop mid-stream, its database checked
@@ -103,7 +105,7 @@ begin "aarch64 cross build, C tests under qemu"
 scripts/test-aarch64.sh build-aarch64
 end
 
-begin "libFuzzer: the /ws message and HTTP body parsers, the wire guard"
+begin "libFuzzer: the /ws message and HTTP body parsers, the wire guard, HTTP request sequences"
 # clang, and its libFuzzer runtime (Debian: libclang-rt-dev), which clang alone does not bring
 fuzz_cc=$(command -v clang || true)
 fuzz_missing=""

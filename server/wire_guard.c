@@ -19,12 +19,13 @@ static void reset_head(wire_state *w)
 {
     uint8_t phase = w->phase;
     uint64_t left = w->left;
-    uint32_t requests = w->requests;
+    uint32_t requests = w->requests, heads = w->heads;
     uint8_t api = w->api, http10 = w->http10;
     wire_init(w);
     w->phase = phase;
     w->left = left;
     w->requests = requests;
+    w->heads = heads;
     w->api = api;
     w->http10 = http10;
 }
@@ -68,6 +69,16 @@ static int value_has(const wire_state *w, const char *word)
     return 0;
 }
 
+/* What the client sent, printable ASCII only (for a message), in out's cap bytes. */
+static void show(const char *v, size_t n, char *out, size_t cap)
+{
+    if (n > cap - 1)
+        n = cap - 1;
+    for (size_t i = 0; i < n; i++)
+        out[i] = v[i] >= 0x20 && v[i] < 0x7f ? v[i] : '?';
+    out[n] = 0;
+}
+
 static wire_verdict content_length(wire_state *w)
 {
     uint64_t v = 0;
@@ -77,10 +88,8 @@ static wire_verdict content_length(wire_state *w)
         v = v * 10 + (uint64_t)(w->value[i] - '0');
     }
     if (!ok) {
-        char shown[sizeof w->value + 1]; /* what the client sent, printable ASCII only */
-        for (size_t i = 0; i < w->value_len; i++)
-            shown[i] = w->value[i] >= 0x20 && w->value[i] < 0x7f ? w->value[i] : '?';
-        shown[w->value_len] = 0;
+        char shown[sizeof w->value + 1];
+        show(w->value, w->value_len, shown, sizeof shown);
         return fail(w, WIRE_BAD_HEAD, "Content-Length \"%s\" is not a length", shown);
     }
     if (w->has_length && v != w->content_length)
@@ -98,10 +107,28 @@ static wire_verdict end_header(wire_state *w)
         w->value_len--;
     if (name_is(w, "content-length"))
         return content_length(w);
-    if (name_is(w, "transfer-encoding"))
+    if (name_is(w, "transfer-encoding")) {
+        /* only "chunked", as http_gen.c reads it: lws 4.1.6 would take another value (or none)
+         * as a body of unknown end and read the next request into it */
+        if (w->value_len != 7 || memcmp(w->value, "chunked", 7)) {
+            char shown[sizeof w->value + 1];
+            show(w->value, w->value_len, shown, sizeof shown);
+            return fail(w, WIRE_BAD_HEAD, "Transfer-Encoding \"%s\": only chunked is accepted",
+                        shown);
+        }
         w->chunked = 1;
-    else if (name_is(w, "upgrade") && value_has(w, "websocket"))
-        w->upgrade_ws = 1;
+    }
+    else if (name_is(w, "upgrade")) {
+        /* lws 4.1.6 answers another protocol 403, ends the transaction (freeing the head's
+         * table) and then reads the value again (fuzz_http_seq: a use after free) */
+        int ws = w->value_len == 9 && !memcmp(w->value, "websocket", 9);
+        if (!ws && !(w->value_len == 3 && !memcmp(w->value, "h2c", 3))) {
+            char shown[sizeof w->value + 1];
+            show(w->value, w->value_len, shown, sizeof shown);
+            return fail(w, WIRE_BAD_HEAD, "Upgrade \"%s\": only websocket is served", shown);
+        }
+        w->upgrade_ws |= ws;
+    }
     else if (name_is(w, "connection") && value_has(w, "upgrade"))
         w->connection_upgrade = 1;
     return WIRE_OK;
@@ -110,6 +137,9 @@ static wire_verdict end_header(wire_state *w)
 /* The empty line: what comes next is a body, frames, or the next request. */
 static wire_verdict end_head(wire_state *w)
 {
+    w->heads++;
+    if (w->chunked && w->has_length)
+        return fail(w, WIRE_BAD_HEAD, "a request has both Content-Length and Transfer-Encoding");
     if (w->chunked) {
         w->phase = PH_PASS; /* lws reads the chunks; nothing after them is checked */
         return WIRE_OK;
@@ -134,8 +164,12 @@ static wire_verdict end_line(wire_state *w)
             return WIRE_OK; /* an empty line before the request line is ignored (RFC 9112 2.2) */
         w->lines = 1;
         w->is_get = name_is(w, "GET");
-        const uint8_t *v = w->line_seen + 4;
-        w->http10 = w->version_seen == 8 && !memcmp(v, "1.0", 3);
+        int http1 = w->version_seen == 8 && !memcmp(w->version, "HTTP/1.", 7) &&
+                    (w->version[7] == '0' || w->version[7] == '1');
+        if (w->part != 2 || !w->name_len || w->method_bad || !w->target_seen || !http1)
+            return fail(w, WIRE_BAD_HEAD,
+                        "the request line is not METHOD TARGET HTTP/1.1 (or HTTP/1.0)");
+        w->http10 = w->version[7] == '0';
         reset_line(w);
         return WIRE_OK;
     }
@@ -168,7 +202,7 @@ static wire_verdict target_byte(wire_state *w, uint8_t c)
 /* The API a target is under, from its first bytes (so far). */
 static void classify_target(wire_state *w)
 {
-    const uint8_t *t = w->line_seen;
+    const uint8_t *t = w->target4;
     unsigned n = w->target_seen < 4 ? w->target_seen : 4;
     if (n >= 4 && !memcmp(t, "/v1/", 4))
         w->api = WIRE_API_OPENAI;
@@ -187,21 +221,23 @@ static wire_verdict request_line_byte(wire_state *w, uint8_t c)
     }
     if (w->part == 1) {
         if (w->target_seen < 4)
-            w->line_seen[w->target_seen] = c;
+            w->target4[w->target_seen] = c;
         w->target_seen += w->target_seen < 255;
         if (w->target_seen <= 4)
             classify_target(w);
         return target_byte(w, c);
     }
-    if (w->part == 2) { /* "HTTP/" then the version's first bytes */
-        if (w->version_seen >= 5 && w->version_seen < 10)
-            w->line_seen[4 + w->version_seen - 5] = c;
+    if (w->part == 2) {
+        if (w->version_seen < sizeof w->version)
+            w->version[w->version_seen] = c;
         w->version_seen += w->version_seen < 255;
         return WIRE_OK;
     }
     if (w->part == 0 && !w->name_len && !w->name_long)
         w->api = w->http10 = 0; /* a new request: until its line is whole, no API */
     if (w->part == 0) { /* the method (case-sensitive): only whether it is GET matters */
+        if (c < 'A' || c > 'Z')
+            w->method_bad = 1;
         if (w->name_len < sizeof w->name)
             w->name[w->name_len++] = (char)c;
         else
@@ -278,8 +314,8 @@ static wire_verdict frame_byte(wire_state *w, uint8_t c)
 wire_verdict wire_scan_upto(wire_state *w, const uint8_t *p, size_t n, size_t *used)
 {
     size_t i = 0;
-    uint32_t requests = w->requests;
-    while (i < n && w->requests == requests) {
+    uint32_t requests = w->requests, heads = w->heads;
+    while (i < n && w->requests == requests && w->heads == heads) {
         wire_verdict v = WIRE_OK;
         if (w->phase == PH_FAILED)
             break;

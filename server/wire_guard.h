@@ -54,8 +54,10 @@ typedef struct {
     uint32_t requests; /* whole HTTP requests scanned (head and body; not upgrades, not chunked) */
     uint8_t api;       /* the last request line's target: WIRE_API_* (kept through its body) */
     uint8_t http10;    /* and its version was HTTP/1.0 */
-    uint8_t line_seen[9]; /* the request line so far: the target's first 4 bytes, the version */
-    uint8_t target_seen, version_seen;
+    uint8_t target4[4];   /* the request target's first 4 bytes */
+    uint8_t version[9];   /* the request line's version, its first 9 bytes */
+    uint8_t target_seen, version_seen, method_bad;
+    uint32_t heads;       /* request heads scanned (whole requests or not: upgrades, bodies) */
     uint8_t frame[14]; /* a frame header so far */
     uint8_t frame_len;
     char why[112]; /* what was wrong, once a verdict is given */
@@ -70,8 +72,9 @@ enum { WIRE_API_NONE, WIRE_API_OPENAI /* /v1/ */, WIRE_API_TRITON /* /v2 */ };
  * which the state is spent: later calls give the same verdict. */
 wire_verdict wire_scan(wire_state *w, const uint8_t *p, size_t n);
 
-/* The same, stopping right after the byte that completes an HTTP request (its head, or its body's
- * last byte): *used says how many bytes of p were scanned (n when no request ended in them). */
+/* The same, stopping right after the byte that ends a request head or a whole HTTP request (its
+ * body's last byte): *used says how many bytes of p were scanned (n when none ended in them). So
+ * lws answers a head (an upgrade's 101, say) before the bytes after it are read. */
 wire_verdict wire_scan_upto(wire_state *w, const uint8_t *p, size_t n, size_t *used);
 
 /* How the next bytes are read: WIRE_READ_HEAD (a request head, whose end is not known until it is

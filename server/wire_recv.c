@@ -145,7 +145,11 @@ static ssize_t act(server *s, wire_conn *wc, int fd, wire_verdict v, void *buf, 
     if (status)
         metrics_count_error(&s->m, verdict_code(v));
     if (!status) {
-        close_1002(fd, wc->scan.why);
+        /* (a close frame only on a WebSocket: an upgrade lws refused is no WebSocket, and what
+         * follows its head is not frames; lws closes it) */
+        const srv_conn *c = wc->wsi ? lws_wsi_user(wc->wsi) : NULL;
+        if (c && c->is_ws)
+            close_1002(fd, wc->scan.why);
         return 0;
     }
     wire_answer(fd, wc->scan.api, verdict_code(v), wc->scan.why, 0);

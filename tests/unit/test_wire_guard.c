@@ -223,6 +223,29 @@ static void malformed(void)
          "Content-Length \"1??\" is not a length"},
         {"two Content-Lengths", "POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-length: 2\r\n\r\n",
          0, "two different Content-Length values"},
+        /* lws 4.1.6 read a head without a method as headers and freed its header table under
+         * its own feet (fuzz_http_seq): a request line must be METHOD TARGET HTTP/1.x */
+        {"a head without a request line", "GET / HTTP/1.1\r\n\r\nUpgrade:w\r\n\r\n", 0,
+         "the request line is not METHOD TARGET HTTP/1.1"},
+        {"no target", "GET HTTP/1.1\r\n\r\n", 0, "the request line is not"},
+        {"two spaces", "GET  / HTTP/1.1\r\n\r\n", 0, "the request line is not"},
+        {"HTTP/2.0", "GET / HTTP/2.0\r\n\r\n", 0, "the request line is not"},
+        {"a lower-case method", "get / HTTP/1.1\r\n\r\n", 0, "the request line is not"},
+        {"a version with more after it", "GET / HTTP/1.1 x\r\n\r\n", 0, "the request line is not"},
+        /* lws 4.1.6 answered another upgrade 403, freed the head's table and read it again */
+        {"an unknown Upgrade", "GET / HTTP/1.1\r\nUpgrade: webso\xff\r\n\r\n", 0,
+         "Upgrade \"webso?\": only websocket is served"},
+        {"Upgrade: websocket, foo", "GET /ws HTTP/1.1\r\nUpgrade: websocket, foo\r\n\r\n", 0,
+         "only websocket is served"},
+        /* lws 4.1.6 took any other coding (or none) as a body of unknown end and read the next
+         * request into it (fuzz_http_seq: its loop spun) */
+        {"Transfer-Encoding empty", "POST / HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding:\r\n\r\n",
+         0, "Transfer-Encoding \"\": only chunked is accepted"},
+        {"Transfer-Encoding gzip", "POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 0,
+         "only chunked is accepted"},
+        {"Transfer-Encoding and Content-Length",
+         "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n", 0,
+         "both Content-Length and Transfer-Encoding"},
     };
     buf b = {0};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -254,11 +277,40 @@ static void unmasked(void)
            "an unmasked frame (opcode 8)");
     /* before the upgrade the same bytes are a (malformed) head, not frames */
     frame(&b, 1, 10, 0);
-    expect("frame bytes without an upgrade", &b, WIRE_BAD_HEAD, "a CR not followed by LF");
+    expect("frame bytes without an upgrade", &b, WIRE_BAD_HEAD, NULL);
+}
+
+/* wire_scan_upto stops right after each head and each whole request: lws answers one (an
+ * upgrade's 101, a GET) before the bytes after it are read. */
+static void stops(void)
+{
+    static const char in[] = "GET /a HTTP/1.1\r\n\r\n"
+                             "POST /b HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}"
+                             "\r\n"
+                             "GET /ws HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+                             "\x81\x80\x01\x02\x03\x04";
+    const size_t n = sizeof in - 1;
+    const size_t want[] = {19, 19 + 39, 19 + 41, n - 6 /* the upgrade's head */, n};
+    const uint32_t reqs[] = {1, 1, 2, 2, 2}, heads[] = {1, 2, 2, 3, 3};
+    wire_state w;
+    wire_init(&w);
+    size_t at = 0;
+    for (size_t k = 0; k < sizeof want / sizeof *want; k++) {
+        size_t used;
+        CHECK(wire_scan_upto(&w, (const uint8_t *)in + at, n - at, &used) == WIRE_OK);
+        at += used;
+        CHECKF(at == want[k] && w.requests == reqs[k] && w.heads == heads[k],
+               "stop %zu at %zu (want %zu), requests %u heads %u", k, at, want[k], w.requests,
+               w.heads);
+        if (k == 2) /* (the CRLF after the body is read with the next head, and ignored) */
+            CHECK(wire_between_requests(&w));
+    }
+    CHECK(wire_read_mode(&w) == WIRE_READ_FRAMES);
 }
 
 int main(void)
 {
+    stops();
     valid_streams();
     limits();
     malformed();
