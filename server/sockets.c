@@ -309,7 +309,7 @@ static void evict(server *s, srv_sock *k)
         k->wire.failed = 1;
         k->wire.deadline_us = 0;
         metrics_count_error(&s->m, IFL_CODE_TOO_MANY_CONNECTIONS);
-        wire_answer(k->fd, k->wire.scan.api, IFL_CODE_TOO_MANY_CONNECTIONS,
+        wire_answer(k->fd, &k->wire.scan, IFL_CODE_TOO_MANY_CONNECTIONS,
                     "this connection was closed to make room for another: its request was not "
                     "whole (--max-connections); try again",
                     1);
@@ -345,7 +345,7 @@ static void refuse_arriving(server *s, srv_sock *k)
     const srv_conn *c = lws_wsi_user(k->wsi);
     if (!c || !c->http_close_after) {
         metrics_count_error(&s->m, IFL_CODE_SHUTTING_DOWN);
-        wire_answer(k->fd, wc->scan.api, IFL_CODE_SHUTTING_DOWN,
+        wire_answer(k->fd, &wc->scan, IFL_CODE_SHUTTING_DOWN,
                     "the server is shutting down: this request was not whole", 0);
     }
     lws_set_timeout(k->wsi, PENDING_TIMEOUT_CLOSE_SEND, 1);
@@ -381,7 +381,7 @@ void sockets_sweep(server *s)
                          "second) after its first %d s",
                          s->o->request_timeout_s, s->o->min_body_rate, SOCKETS_BODY_GRACE_S);
                 metrics_count_error(&s->m, IFL_CODE_REQUEST_TIMEOUT);
-                wire_answer(k->fd, wc->scan.api, IFL_CODE_REQUEST_TIMEOUT, why, 0);
+                wire_answer(k->fd, &wc->scan, IFL_CODE_REQUEST_TIMEOUT, why, 0);
             }
             /* the client may read the answer and close; at the latest in 2 s we do */
             lws_set_timeout(k->wsi, PENDING_TIMEOUT_CLOSE_SEND, 2);

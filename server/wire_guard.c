@@ -20,7 +20,7 @@ static void reset_head(wire_state *w)
     uint8_t phase = w->phase;
     uint64_t left = w->left;
     uint32_t requests = w->requests, heads = w->heads;
-    uint8_t api = w->api, http10 = w->http10;
+    uint8_t api = w->api, http10 = w->http10, head_req = w->head_req;
     wire_init(w);
     w->phase = phase;
     w->left = left;
@@ -28,6 +28,7 @@ static void reset_head(wire_state *w)
     w->heads = heads;
     w->api = api;
     w->http10 = http10;
+    w->head_req = head_req;
 }
 
 static void reset_line(wire_state *w)
@@ -164,6 +165,7 @@ static wire_verdict end_line(wire_state *w)
             return WIRE_OK; /* an empty line before the request line is ignored (RFC 9112 2.2) */
         w->lines = 1;
         w->is_get = name_is(w, "GET");
+        w->head_req = name_is(w, "HEAD");
         int http1 = w->version_seen == 8 && !memcmp(w->version, "HTTP/1.", 7) &&
                     (w->version[7] == '0' || w->version[7] == '1');
         if (w->part != 2 || !w->name_len || w->method_bad || !w->target_seen || !http1)
@@ -234,7 +236,7 @@ static wire_verdict request_line_byte(wire_state *w, uint8_t c)
         return WIRE_OK;
     }
     if (w->part == 0 && !w->name_len && !w->name_long)
-        w->api = w->http10 = 0; /* a new request: until its line is whole, no API */
+        w->api = w->http10 = w->head_req = 0; /* a new request: until its line is whole, none */
     if (w->part == 0) { /* the method (case-sensitive): only whether it is GET matters */
         if (c < 'A' || c > 'Z')
             w->method_bad = 1;

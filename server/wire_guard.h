@@ -54,6 +54,7 @@ typedef struct {
     uint32_t requests; /* whole HTTP requests scanned (head and body; not upgrades, not chunked) */
     uint8_t api;       /* the last request line's target: WIRE_API_* (kept through its body) */
     uint8_t http10;    /* and its version was HTTP/1.0 */
+    uint8_t head_req;  /* and its method HEAD (an answer without a body) */
     uint8_t target4[4];   /* the request target's first 4 bytes */
     uint8_t version[9];   /* the request line's version, its first 9 bytes */
     uint8_t target_seen, version_seen, method_bad;

@@ -78,8 +78,9 @@ static const char *reason_phrase(int status)
     }
 }
 
-void wire_answer(int fd, int api, ifl_code code, const char *why, int retry_after_s)
+void wire_answer(int fd, const wire_state *w, ifl_code code, const char *why, int retry_after_s)
 {
+    int api = w->api;
     int status = ifl_code_get(code)->http_status;
     strbuf body;
     sb_init(&body, 0);
@@ -105,7 +106,7 @@ void wire_answer(int fd, int api, ifl_code code, const char *why, int retry_afte
                      status, reason_phrase(status), body.len, retry);
     if (sb_ok(&body) && n > 0 && (size_t)n < sizeof head) {
         struct iovec iov[2] = {{head, (size_t)n}, {body.buf, body.len}};
-        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = w->head_req ? 1 : 2}; /* HEAD: none */
         (void)sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
     }
     sb_free(&body);
@@ -152,7 +153,7 @@ static ssize_t act(server *s, wire_conn *wc, int fd, wire_verdict v, void *buf, 
             close_1002(fd, wc->scan.why);
         return 0;
     }
-    wire_answer(fd, wc->scan.api, verdict_code(v), wc->scan.why, 0);
+    wire_answer(fd, &wc->scan, verdict_code(v), wc->scan.why, 0);
     return drain(wc, fd, buf, len, flags);
 }
 

@@ -4,6 +4,7 @@
 #define IFL_WIRE_RECV_H
 
 #include "codes.h"
+#include "wire_guard.h"
 
 struct server;
 
@@ -12,10 +13,10 @@ struct server;
 void wire_recv_bind(struct server *s);
 
 /* Answers on the raw socket, for lws (which is not told): `code`'s HTTP status, a JSON error in the
- * API's shape (api: WIRE_API_*, wire_guard.h), "connection: close" (and Retry-After when
+ * shape of the API the request in w is under (no body for a HEAD), "connection: close" (and Retry-After when
  * retry_after_s > 0); then our side is shut for writing. For a request lws has not answered
  * anything of: the wire guard's refusals, a request past its deadline, a socket closed to make
  * room in the middle of its request. */
-void wire_answer(int fd, int api, ifl_code code, const char *why, int retry_after_s);
+void wire_answer(int fd, const wire_state *w, ifl_code code, const char *why, int retry_after_s);
 
 #endif
