@@ -194,10 +194,21 @@ static wire_verdict target_byte(wire_state *w, uint8_t c)
         w->params = 1;
     else if (c == '&' && w->params && ++w->params > WIRE_QUERY_PARAMS_MAX)
         return fail(w, WIRE_BAD_HEAD, "more than %d query parameters", WIRE_QUERY_PARAMS_MAX);
-    if (w->pct == 2 && c == '0')
-        return fail(w, WIRE_BAD_HEAD, "%%00 (a NUL) in the request target at byte %u",
-                    w->head_len - 3);
-    w->pct = w->pct == 1 && c == '0' ? 2 : c == '%';
+    /* percent-encoding: two hex digits after each '%' (lws 4.1.6 answers another with its own
+     * HTML 403, a body even to a HEAD), and never %00 */
+    if (w->pct) {
+        int hex = (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'f');
+        if (!hex)
+            return fail(w, WIRE_BAD_HEAD,
+                        "a '%%' not followed by two hex digits in the request target at byte %u",
+                        w->head_len - (w->pct == 1 ? 2 : 3));
+        if (w->pct == 2 && c == '0')
+            return fail(w, WIRE_BAD_HEAD, "%%00 (a NUL) in the request target at byte %u",
+                        w->head_len - 3);
+        w->pct = w->pct == 1 ? (c == '0' ? 2 : 3) : 0;
+        return WIRE_OK;
+    }
+    w->pct = c == '%';
     return WIRE_OK;
 }
 
@@ -217,6 +228,10 @@ static void classify_target(wire_state *w)
 static wire_verdict request_line_byte(wire_state *w, uint8_t c)
 {
     if (c == ' ') {
+        if (w->part == 1 && w->pct)
+            return fail(w, WIRE_BAD_HEAD,
+                        "a '%%' not followed by two hex digits in the request target at byte %u",
+                        w->head_len - (w->pct == 1 ? 2 : 3));
         if (w->part < 2)
             w->part++;
         return WIRE_OK;

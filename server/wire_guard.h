@@ -38,7 +38,7 @@ typedef struct {
     uint8_t phase;    /* wire_phase (wire_guard.c) */
     uint8_t verdict;  /* once the state is spent */
     uint8_t cr;       /* the byte before was a CR */
-    uint8_t pct;      /* request target: 1 after '%', 2 after "%0" */
+    uint8_t pct;      /* request target: 1 after '%', 2 after "%0", 3 after another "%X" */
     uint8_t part;     /* request line: 0 method, 1 target, 2 version */
     uint8_t in_value; /* header line: past its ':' */
     uint8_t upgrade_ws, connection_upgrade, is_get, chunked, has_length;

@@ -252,7 +252,8 @@ async function badFraming(srv, url) {
   const cases = [
     [`${head}\r\n{"text_input":"Hi"}`, 411, /needs a Content-Length or Transfer-Encoding: chunked/],
     [`${head}Content-Length: 19\r\nTransfer-Encoding: chunked\r\n\r\n13\r\n{"text_input":"Hi"}\r\n0\r\n\r\n`, 400, /both Content-Length and Transfer-Encoding/],
-    [`${head}Transfer-Encoding: gzip\r\n\r\n`, 400, /Transfer-Encoding is 'gzip': only 'chunked'/],
+    // (the wire guard refuses another coding before lws reads a body of unknown end)
+    [`${head}Transfer-Encoding: gzip\r\n\r\n`, 400, /Transfer-Encoding \\"gzip\\": only chunked is accepted/],
     [`${head}Transfer-Encoding: chunked\r\n\r\nzz\r\n`, 400, /chunked body is malformed: a chunk does not start with its size/],
     [`${head}Transfer-Encoding: chunked\r\n\r\n${(MAX_MESSAGE + 1).toString(16)}\r\n`, 413, /chunked body passes 4096 bytes/],
   ];
