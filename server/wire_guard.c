@@ -232,6 +232,8 @@ static wire_verdict request_line_byte(wire_state *w, uint8_t c)
             return fail(w, WIRE_BAD_HEAD,
                         "a '%%' not followed by two hex digits in the request target at byte %u",
                         w->head_len - (w->pct == 1 ? 2 : 3));
+        if (w->part == 0) /* the method is whole: a refusal of a HEAD has no body */
+            w->head_req = name_is(w, "HEAD");
         if (w->part < 2)
             w->part++;
         return WIRE_OK;
