@@ -7,7 +7,9 @@
 // every time, never queue_full. Before the shares, all 35 of 35 such newcomers got queue_full: the
 // 256 places went to the five. The greedy ones must see queue_full naming their share or the
 // places kept for newcomers, with a retry_after_ms, and each must still be served. The verdicts
-// are what the server decided (frames), not how long anything took; times are printed only.
+// are what the server decided (frames), not how long anything took; times are printed only: the
+// waits below wait for the server's answers (a limit of minutes only stops a hang). Under ASan the
+// sizes are the quick ones (CMake sets IFL_TEST_QUICK): a round of 64 requests of 48 tokens takes ~37 s there.
 // The request log keeps a budget of refusals per client address and for all clients
 // (server/reqlog.h): the rest are counted in inflight_request_log_refusals_skipped_total.
 const path = require('path');
@@ -33,7 +35,9 @@ L.main('lockout', async () => {
   let stopping = false;
   for (let g = 0; g < GREEDY; g++) {
     const c = await L.Client.open(srv.port, { name: `greedy${g}` });
-    const st = { c, sent: 0, done: 0, full: 0, fullReasons: new Set(), retryMin: Infinity, retryMax: 0, other: [] };
+    // answered: how many of its first PER_CONN requests were queued or refused
+    const st = { c, sent: 0, done: 0, full: 0, answered: new Set(), fullReasons: new Set(), retryMin: Infinity, retryMax: 0, other: [] };
+    const first = (id) => Number(id.slice(id.indexOf('-') + 1)) < PER_CONN;
     const sendOne = () => {
       if (stopping) return;
       const id = `g${g}-${st.sent++}`;
@@ -41,6 +45,7 @@ L.main('lockout', async () => {
     };
     c.onFrame = (f) => {
       const m = f.msg;
+      if ((m.type === 'queued' || m.type === 'error') && typeof m.id === 'string' && first(m.id)) st.answered.add(m.id);
       if (m.type === 'done') {
         st.done++;
         sendOne();
@@ -65,8 +70,10 @@ L.main('lockout', async () => {
     for (let i = 0; i < PER_CONN; i++) sendOne();
     greedy.push(st);
   }
-  // the five have filled what they may
-  await L.until(() => greedy.every((s) => s.full > 0), 60000, 'each greedy connection to be refused once');
+  // the five have filled what they may: the server answered each of their first requests (the
+  // first ones to connect may all be queued: the shares count the sessions waiting at arrival)
+  await L.until(() => greedy.every((s) => s.answered.size === PER_CONN), 30000,
+    `each greedy connection's first ${PER_CONN} requests to be queued or refused`);
   const m0 = await L.fetchMetrics(srv.port);
   const waiting0 = m0.get('inflight_requests_waiting', { policy: 'iterative' });
   L.log(`five greedy connections: ${waiting0} requests waiting, refusals so far ` +
@@ -88,6 +95,10 @@ L.main('lockout', async () => {
     const wait = 1000 - (L.now() - t0);
     if (wait > 0) await L.sleep(wait);
   }
+  // each greedy one has had a request served and one refused (a connection that got all its first
+  // requests queued is refused once one of them is done: its next request is over its share)
+  await L.until(() => greedy.every((s) => s.done > 0 && s.full > 0), 300000,
+    'each greedy connection to have a request done and one refused');
   stopping = true;
   L.log(`${NEWCOMERS} of ${NEWCOMERS} newcomers served, none refused; queued at position ` +
     `${served.map((s) => s.pos).join(', ')}; started after ${served.map((s) => Math.round(s.startMs)).join(', ')} ms ` +
