@@ -102,7 +102,8 @@ void *ifl_backend_alloc(size_t size, const ifl_backend_ops *ops, const ifl_model
 /* Checks a batch against the model and the backend's limits; the error names the field. */
 int ifl_batch_validate(const ifl_backend *be, const ifl_batch *b, ifl_err *err);
 
-/* The CPU backend (OpenBLAS + own kernels). */
+/* The CPU backend: its own kernels, one family per instruction set (cpu_isa.h); OpenBLAS only for
+ * --sgemm-above comparisons, in builds that have it (INFLIGHT_BLAS). */
 ifl_backend *ifl_cpu_backend_new(const ifl_model *m, const ifl_backend_params *p, ifl_err *err);
 
 /* Runs the step and draws every active run's next token: on the device when the backend can,

@@ -1,5 +1,5 @@
 /* unicode_tables.h: character-class ranges for the GPT-2 pre-tokenizer, generated from
- * UnicodeData.txt by scripts/gen-unicode-tables.py (see there for the exact definitions). Each
+ * UnicodeData.txt by scripts/dev/gen-unicode-tables.py (see there for the exact definitions). Each
  * table is a sorted list of inclusive [first, last] code point ranges. */
 #ifndef IFL_UNICODE_TABLES_H
 #define IFL_UNICODE_TABLES_H

@@ -2,7 +2,7 @@
 // event_loop: the server's event loop (server/server.c, --event-loop). By default lws runs on
 // libuv (epoll: the cost of a wake-up does not grow with idle sockets; lws's own poll() visits
 // every socket at each one: 10,000 idle connections made a new request 15x slower,
-// scripts/bench-idle.js and docs/perf.md). Checks that the default is libuv, named on the
+// scripts/bench/bench-idle.js and docs/perf.md). Checks that the default is libuv, named on the
 // start-up line and in inflight_build_info{event_loop}; that with 900 idle WebSocket connections
 // open, under libuv and under --event-loop poll, a newcomer's requests are served in full and
 // every idle connection is still open; that a stop closes them all (1001) and exits 0; and that

@@ -5,7 +5,7 @@
  *   TN  V/ldp: the same, ldc padded to a multiple of 16
  *   TN  pad  : W with zero rows up to the padded V, M = ldc = padded V (the backend now)
  *   NN  pad  : a transposed copy of W (column-major (Vp, C)), M = ldc = padded V
- * Build and run on a GPU machine: nvcc -O2 -o /tmp/blm scripts/bench_lm_head_cublas.c -lcublas
+ * Build and run on a GPU machine: nvcc -O2 -o /tmp/blm scripts/bench/bench_lm_head_cublas.c -lcublas
  * && /tmp/blm [V C]. Prints one line per layout and batch: microseconds per product (median of
  * 50 after 10 warm-up) and the weight bytes over that time. */
 #include <cublas_v2.h>

@@ -3,10 +3,10 @@
 # this (OpenBLAS, BLIS, oneDNN, libxsmm) on GPT-2-124M's products, and prints a markdown table of
 # GFLOP/s with the winner per case. A standalone benchmark, not part of the build: the project does
 # not depend on these libraries. It installs the missing -dev packages (as root, Debian 12), builds
-# one binary per library from scripts/gemm-libs/ (gcc -O3, no -march=native) against the engine's
+# one binary per library from scripts/bench/gemm-libs/ (gcc -O3, no -march=native) against the engine's
 # static library in BUILD_DIR, runs them one after another and prints the table.
 #
-# usage: scripts/bench-gemm-libs.sh [--isa avx2|avx512|scalar] [--libs ours,openblas,blis,onednn,libxsmm]
+# usage: scripts/bench/bench-gemm-libs.sh [--isa avx2|avx512|scalar] [--libs ours,openblas,blis,onednn,libxsmm]
 #          [--out DIR] [--no-install] [program options: --threads 1,2 --m 1,8,64,512
 #          --shapes qkv,attn_proj,fc,mlp_proj,lm_head --dtypes f32,bf16,f16 --reps 10 --warmup 2
 #          --rotate-mb 1024 --gemv-rows N (ours: streaming kernels up to N rows; default: the
@@ -23,8 +23,8 @@
 # Timing figures need a quiet machine: run this where nothing else is running.
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-SRC_DIR="$ROOT/scripts/gemm-libs"
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+SRC_DIR="$ROOT/scripts/bench/gemm-libs"
 ISA=avx2
 LIBS=ours,openblas,blis,onednn,libxsmm
 OUT=${TMPDIR:-/tmp}/bench-gemm-libs

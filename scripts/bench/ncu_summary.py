@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """ncu_summary.py: where a CUDA forward pass's time goes, from an Nsight Compute CSV (raw page,
-metric gpu__time_duration.sum, written by scripts/gpu-profile.sh). The kernels are in launch order;
+metric gpu__time_duration.sum, written by scripts/bench/gpu-profile.sh). The kernels are in launch order;
 each forward pass begins with embed_kernel, so the CSV splits into passes. For the passes asked for
 (default: the last two, the timed decode steps) it prints each kernel name's count, total and mean
 time, and each pass's sum of kernel times: set that beside the step time `inflight bench` measured

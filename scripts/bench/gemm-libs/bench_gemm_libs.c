@@ -1,7 +1,7 @@
 /* bench_gemm_libs.c: the driver of the GEMM comparison. Times single-precision
  * C (M, N) = A (M, K) x B (K, N) for GPT-2-124M's matrix products (qkv, attn_proj, fc, mlp_proj,
  * and the tied lm_head with B given as (N, K)) in the one library it is linked with (a lib_*.c
- * file: see bench_gemm_libs.h). Not part of the inflight build: scripts/bench-gemm-libs.sh builds
+ * file: see bench_gemm_libs.h). Not part of the inflight build: scripts/bench/bench-gemm-libs.sh builds
  * one binary per library, runs them and prints the comparison table.
  *
  * Each case: warm-up calls, then the best (and the mean) of --reps timed calls; GFLOP/s = 2MNK /

@@ -2,7 +2,7 @@
 # bench-vs-ggml.sh: inflight's engine against ggml's GPT-2 examples on this machine, same random
 # GPT-2-124M weights, same thread count, and a markdown table of both engines' figures.
 #
-# Usage: scripts/bench-vs-ggml.sh GGML_SOURCE_DIR [options]
+# Usage: scripts/bench/bench-vs-ggml.sh GGML_SOURCE_DIR [options]
 #   GGML_SOURCE_DIR    a checkout of https://github.com/ggml-org/ggml (the user provides it)
 #   --build-dir DIR    ggml's build tree (default GGML_SOURCE_DIR/build-bench-avx2)
 #   --work-dir DIR     where the model and its ggml files live (default models/ of this repo:
@@ -24,8 +24,8 @@
 # output of every run is kept under WORK_DIR/bench-vs-ggml-logs/.
 set -euo pipefail
 
-repo=$(cd "$(dirname "$0")/.." && pwd)
-conv="$repo/scripts/ggml_convert.py"
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+conv="$repo/scripts/bench/ggml_convert.py"
 die() { echo "bench-vs-ggml.sh: $*" >&2; exit 1; }
 say() { echo "== $*" >&2; }
 
@@ -412,7 +412,7 @@ main() {
     work_dir=$(cd "$work_dir" && pwd)
     logs="$work_dir/bench-vs-ggml-logs"
     mkdir -p "$logs"
-    command -v python3 >/dev/null || die "python3 is needed for scripts/ggml_convert.py"
+    command -v python3 >/dev/null || die "python3 is needed for scripts/bench/ggml_convert.py"
     build_ggml
     find_inflight
     prepare_model
