@@ -4,7 +4,8 @@
 // browser contexts (each its own WebSocket session): two pages submit at the same moment under the
 // iterative policy and must share a scheduler step (by the server's step frames; sent again if they
 // ran one after the other); the demo button under static; an error frame
-// shown in its card; page-side validation; cancel; a phone-sized and a dark-mode page; and, against
+// shown in its card; page-side validation (against the hello's limits); cancel; a phone-sized
+// and a dark-mode page; and, against
 // a second server started with --api-key, the page without the key (it says one is needed) and
 // opened as /?api_key=KEY (it streams). The server
 // logs to a SQLite file (--db): then each context's history page (history.html, same user key as
@@ -175,6 +176,18 @@ async function main() {
   const pErr = await A.$eval('#prompt-err', (e) => e.textContent);
   check(pErr.length > 0 && (await cardIds(A)).length === before, `empty prompt refused in the page: "${pErr}"`);
   await A.fill('#prompt', 'x');   // typing clears the message
+  await A.fill('#prompt', '');
+  // the page's bounds are the hello's limits, not copies of them (this model's context is 256)
+  const maxT = hello.limits.max_tokens;
+  await A.fill('#max-tokens', String(maxT + 1));
+  await A.fill('#prompt', 'not sent');
+  await A.click('#send');
+  const mErr = await A.$eval('#max-tokens-err', (e) => e.textContent);
+  check(mErr.endsWith(` and ${maxT}.`) && (await cardIds(A)).length === before,
+    `max tokens ${maxT + 1} refused in the page, with the hello's limit: "${mErr}"`);
+  const stopHint = await A.$eval('#stop-hint', (e) => e.textContent);
+  check(stopHint.includes(`, up to ${hello.limits.max_stop};`), `the stop strings' hint has the hello's limit: "${stopHint}"`);
+  await A.fill('#max-tokens', String(B_TOKENS));
   await A.fill('#prompt', '');
 
   await screenshot(A, 'iterative-a.png');
