@@ -49,6 +49,7 @@
 #include "tokenizer.h"
 
 typedef enum { IFL_POLICY_ITERATIVE = 0, IFL_POLICY_STATIC = 1 } ifl_policy;
+#define IFL_N_POLICIES 2 /* the policies above, 0 .. IFL_N_POLICIES-1 */
 const char *ifl_policy_name(ifl_policy p); /* "iterative", "static" */
 int ifl_policy_parse(const char *s, ifl_policy *out);
 

@@ -57,7 +57,7 @@ typedef struct {
     int prefault;          /* CPU: the KV pool's pages faulted in at start (backend.h) */
 } ifl_runtime_opts;
 
-typedef struct {
+typedef struct ifl_runtime {
     /* set by ifl_runtime_resolve */
     ifl_device device; /* IFL_DEVICE_CPU or IFL_DEVICE_CUDA */
     char why[320];     /* why that device ("auto: no usable CUDA device: ...; using the CPU") */

@@ -240,16 +240,16 @@ static void live_stats(server *s, metrics_live *live)
     memset(live, 0, sizeof *live);
     live->isa = ifl_isa_name(s->rt.isa); /* resolved before the service started */
     live->event_loop = s->uv ? "libuv" : "poll";
-    live->ready = atomic_load(&s->ready) && !s->stopping;
+    live->ready = atomic_load(&s->ready) && !s->rl.stopping;
     if (s->log.db) {
         live->db_enabled = 1;
         ifl_dblog_get_stats(s->log.db, &live->db);
     }
     if (atomic_load(&s->ready)) {
         live->have_stats = 1;
-        for (int p = 0; p < 2; p++)
-            if (s->b[p])
-                ifl_batcher_get_stats(s->b[p], &live->stats[p]);
+        for (int p = 0; p < IFL_N_POLICIES; p++)
+            if (s->rl.b[p])
+                ifl_batcher_get_stats(s->rl.b[p], &live->stats[p]);
     }
 }
 
@@ -280,7 +280,7 @@ static int http_serve_file(server *s, srv_conn *c, struct lws *wsi, const char *
 
 static int http_readyz(server *s, srv_conn *c, struct lws *wsi, int head_only)
 {
-    if (s->stopping)
+    if (s->rl.stopping)
         return http_text(c, wsi, HTTP_STATUS_SERVICE_UNAVAILABLE, "shutting down\n", head_only);
     if (atomic_load(&s->load_failed))
         return http_text(c, wsi, HTTP_STATUS_SERVICE_UNAVAILABLE, "the model failed to load\n",
@@ -321,6 +321,10 @@ static int http_metrics(server *s, srv_conn *c, struct lws *wsi, int head_only)
 /* The shape of a route's errors: OpenAI's under /v1, Triton's under /v2, {"error"} elsewhere. */
 typedef enum { SHAPE_PLAIN, SHAPE_OPENAI, SHAPE_TRITON } route_shape;
 
+/* The shape of a front end's (api_table.h) errors. */
+static const route_shape SHAPE_OF[REQ_N_APIS] = {
+    [REQ_API_WS] = SHAPE_PLAIN, [REQ_API_OPENAI] = SHAPE_OPENAI, [REQ_API_TRITON] = SHAPE_TRITON};
+
 /* An error answer in the shape: status, code (OpenAI's "code"), msg; extra: one header or NULL. */
 static int shaped_error(srv_conn *c, struct lws *wsi, route_shape shape, int status, ifl_code code,
                         const char *msg, int head_only, const char *extra_name,
@@ -356,9 +360,9 @@ static int unauthorized(server *s, srv_conn *c, struct lws *wsi, route_shape sha
 }
 
 /* 401: the API key is missing or wrong (OpenAI's shape, or Triton's {"error"}). */
-int http_unauthorized(server *s, srv_conn *c, struct lws *wsi, int openai)
+int http_unauthorized(server *s, srv_conn *c, struct lws *wsi, req_api front_end)
 {
-    return unauthorized(s, c, wsi, openai ? SHAPE_OPENAI : SHAPE_TRITON, 0);
+    return unauthorized(s, c, wsi, SHAPE_OF[front_end], 0);
 }
 
 /* 503 for a request on a socket accepted past --max-connections (sockets.c: none could be closed
@@ -371,9 +375,7 @@ static int http_over_limit(server *s, srv_conn *c, struct lws *wsi, const char *
     s->m.sockets_over_limit++;
     metrics_count_error(&s->m, IFL_CODE_TOO_MANY_CONNECTIONS);
     c->http_close_after = 1;
-    route_shape shape = !strncmp(path, "/v1/", 4)                           ? SHAPE_OPENAI
-                        : !strncmp(path, "/v2", 3) && (!path[3] || path[3] == '/') ? SHAPE_TRITON
-                                                                                    : SHAPE_PLAIN;
+    route_shape shape = SHAPE_OF[api_front_end_of(path, strlen(path))];
     return shaped_error(c, wsi, shape, HTTP_STATUS_SERVICE_UNAVAILABLE,
                         IFL_CODE_TOO_MANY_CONNECTIONS, msg,
                         lws_hdr_total_length(wsi, WSI_TOKEN_HEAD_URI) > 0, "retry-after:", "1");
@@ -391,12 +393,7 @@ static int http_v1(server *s, srv_conn *c, struct lws *wsi, const char *path, in
     if (!strcmp(path, "/v1/models")) {
         openai_write_models(&sb, served, created);
     } else if (!http_model_policy(path + 11, served, &pol)) {
-        sb_puts(&sb, "{\"id\":");
-        sb_json_str(&sb, path + 11, strlen(path + 11));
-        sb_printf(&sb,
-                  ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"inflight\","
-                  "\"policy\":\"%s\"}",
-                  created, ifl_policy_name(pol));
+        openai_write_model(&sb, path + 11, pol, created);
     } else {
         status = HTTP_STATUS_NOT_FOUND;
         char msg[200];

@@ -1,18 +1,28 @@
 /* http_api.h: what each HTTP generation API gives http_gen.c, which does everything else (the
- * body, the request layer, the stream): how a request body becomes req_params, and how the answer,
- * the stream's events and errors are written. Triton's generate extension is http_triton.c,
- * OpenAI's completions and chat completions http_openai.c. Pure functions: JSON in, bytes out; the
- * checks of the fields /ws also has are protocol.c's (proto_parse_params). Service thread. */
+ * body, the request layer, the stream): its row of HTTP_APIS (defined in api_table.c), saying how
+ * its POST paths are routed, how a request body becomes req_params, and how the answer, the
+ * stream's events and errors are written. Triton's generate extension is http_triton.c, OpenAI's
+ * completions and chat completions http_openai.c (the two differ by their openai_shape). Adding an
+ * API: an http_api_kind and its row; adding to every API's answers: a writer in the row. Pure
+ * functions: JSON in, bytes out; the checks of the fields /ws also has are protocol.c's
+ * (proto_parse_params). Service thread. */
 #ifndef IFL_HTTP_API_H
 #define IFL_HTTP_API_H
 
 #include <stdint.h>
 
+#include "api_table.h"
 #include "protocol.h"
 #include "request.h"
 #include "strbuf.h"
 
-typedef enum { HTTP_API_TRITON = 0, HTTP_API_COMPLETIONS, HTTP_API_CHAT } http_api_kind;
+/* The HTTP generation APIs: each one's row in HTTP_APIS. */
+typedef enum {
+    HTTP_API_TRITON = 0,
+    HTTP_API_COMPLETIONS,
+    HTTP_API_CHAT,
+    HTTP_N_APIS
+} http_api_kind;
 
 #define HTTP_MODEL_MAX 64
 /* A request header longer than the buffer it is read into (lws names no constant for it): refused,
@@ -35,9 +45,57 @@ typedef struct {
     int has_user;
 } http_req_info;
 
-/* The model names a request may give (OpenAI "model"; Triton's is in the path): iterative-gpt2,
- * simple-gpt2, iterative, static, and served_name (the model directory's name, meaning
- * iterative). 0 with *policy set, or -1. */
+/* How OpenAI's completions and chat completions differ (http_openai.c reads its API's row). */
+typedef struct {
+    const char *const *fields; /* the body's fields besides those both have (NULL-terminated) */
+    int prompt_ids;            /* "prompt" may be an array of token ids */
+    /* The API's own fields made /ws's in o, the body's copy (chat: messages rendered into
+     * prompt); 0, or -1 with *err. NULL: none. */
+    int (*normalize)(const struct cJSON *root, struct cJSON *o, proto_error *err);
+    void (*finish_params)(req_params *p); /* after the checks (chat: its stop), or NULL */
+    const char *object, *chunk_object;    /* the answer's "object", a stream event's */
+    /* A choice's content, after "index": a stream event's (text NULL: the last event's, with the
+     * finish), and the whole answer's. */
+    void (*put_delta)(strbuf *sb, http_req_info *ri, const char *text, size_t len);
+    void (*put_whole)(strbuf *sb, const char *text, size_t len);
+} openai_shape;
+
+extern const openai_shape OPENAI_COMPLETIONS_SHAPE, OPENAI_CHAT_SHAPE; /* http_openai.c */
+
+/* One HTTP generation API. */
+typedef struct http_api_desc http_api_desc;
+struct http_api_desc {
+    req_api front_end; /* the log's and /metrics' (and the 401's shape) */
+    /* The route of a POST path: 0 when it is this API's (*ri's stream and model set, the rest
+     * zero), -1 when not, -2 when it names an unknown model or version (msg, cap bytes, says
+     * so). */
+    int (*route)(const http_api_desc *a, const char *path, http_req_info *ri, char *msg,
+                 size_t cap);
+    const char *path; /* the one POST path, for http_route_path; NULL for another route */
+    int form_bodies; /* Content-Type may also be none or application/x-www-form-urlencoded (curl
+                        -d's, as Triton's own examples send) */
+    /* served: the model directory's name (an OpenAI model id meaning iterative) */
+    int (*parse)(const struct cJSON *root, const proto_limits *lim, const char *served,
+                 http_req_info *ri, req_params *p, proto_error *err);
+    const char *resp_id_prefix; /* the answer's id ("cmpl" -> ri->resp_id "cmpl-..."; ri->created
+                                   set with it); NULL: the answer has none */
+    void (*write_token)(strbuf *sb, http_req_info *ri, const char *text, size_t len);
+    void (*write_end)(strbuf *sb, http_req_info *ri, const req_result *res, const char *text,
+                      size_t len);
+    /* An error answer (stream: its event); param (the field at fault) may be NULL. */
+    void (*write_error)(strbuf *sb, const http_req_info *ri, int status, ifl_code code,
+                        const char *param, const char *message, int stream);
+    const openai_shape *openai; /* OpenAI's APIs: how this one differs; NULL for another */
+};
+
+extern const http_api_desc HTTP_APIS[HTTP_N_APIS];
+
+/* The route of an API with one POST path (a->path): 0 for that path, else -1. */
+int http_route_path(const http_api_desc *a, const char *path, http_req_info *ri, char *msg,
+                    size_t cap);
+
+/* The model names a request may give (OpenAI "model"; Triton's is in the path): API_MODELS' and
+ * served_name (the model directory's name, meaning iterative). 0 with *policy set, or -1. */
 int http_model_policy(const char *name, const char *served_name, ifl_policy *policy);
 /* How many bytes of the UTF-8 string s an error message quotes ("%.*s"): all of them up to max,
  * else max cut back to a character boundary, so the message stays UTF-8 (and its answer JSON). */
@@ -47,12 +105,16 @@ int http_clip_len(const char *s, size_t max);
 /* The Triton model named by the len bytes at name: iterative-gpt2 or simple-gpt2; 0 with *policy
  * set, or -1 with msg (cap bytes) saying which models there are. */
 int triton_model(const char *name, size_t len, ifl_policy *policy, char *msg, size_t cap);
+/* Triton's route: /v2/models/M/generate[_stream], also with /versions/V after M (V: its one
+ * version, 1). */
+int triton_route(const http_api_desc *a, const char *path, http_req_info *ri, char *msg,
+                 size_t cap);
 int triton_parse(const struct cJSON *root, const proto_limits *lim, http_req_info *ri,
                  req_params *p, proto_error *err);
 /* A stream event for one token: the whole "data: ...\n\n". */
-void triton_write_token(strbuf *sb, const http_req_info *ri, const char *text, size_t len);
+void triton_write_token(strbuf *sb, http_req_info *ri, const char *text, size_t len);
 /* The end: the JSON answer (text: the completion), or the stream's last event. */
-void triton_write_end(strbuf *sb, const http_req_info *ri, const req_result *res, const char *text,
+void triton_write_end(strbuf *sb, http_req_info *ri, const req_result *res, const char *text,
                       size_t len);
 void triton_write_error(strbuf *sb, const http_req_info *ri, ifl_code code, const char *message,
                         int stream);
@@ -71,7 +133,9 @@ void openai_write_end(strbuf *sb, http_req_info *ri, const req_result *res, cons
 /* {"error":{"message","type","param","code"}} (or its stream event); param may be NULL. */
 void openai_write_error(strbuf *sb, int status, ifl_code code, const char *param,
                         const char *message, int stream);
-/* GET /v1/models */
+/* GET /v1/models: the served name (API_SERVED_POLICY), then API_MODELS' names */
 void openai_write_models(strbuf *sb, const char *served_name, long long created);
+/* One model object (GET /v1/models/ID; an element of the list). */
+void openai_write_model(strbuf *sb, const char *id, ifl_policy policy, long long created);
 
 #endif

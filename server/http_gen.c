@@ -1,9 +1,9 @@
 /* http_gen.c: generation over plain HTTP, on the request layer (request.h) like /ws, for the APIs
- * of http_api.h: Triton's generate extension (POST /v2/models/{iterative-gpt2,simple-gpt2}/generate
- * and .../generate_stream) and OpenAI's POST /v1/completions and /v1/chat/completions (with
- * "stream": true). This file does what they share: the route, the body, the submission, the
- * request layer's sink, and the answer: one JSON object, or Server-Sent Events sent chunked and
- * flushed as each token comes.
+ * of http_api.h, each read from its row of HTTP_APIS: Triton's generate extension (POST
+ * /v2/models/{iterative-gpt2,simple-gpt2}/generate and .../generate_stream) and OpenAI's POST
+ * /v1/completions and /v1/chat/completions (with "stream": true). This file does what they share:
+ * the route, the body, the submission, the request layer's sink, and the answer: one JSON object,
+ * or Server-Sent Events sent chunked and flushed as each token comes.
  *
  * One request at a time per connection. The connection is the session (in the batchers' fairness
  * and in the request log; kept with the socket's record (sockets.h), since lws gives every HTTP
@@ -74,10 +74,7 @@ static int gen_error_answer_after(srv_conn *c, struct lws *wsi, const http_req_i
 {
     strbuf sb;
     sb_init(&sb, 0);
-    if (ri->api == HTTP_API_TRITON)
-        triton_write_error(&sb, ri, code, msg, 0);
-    else
-        openai_write_error(&sb, status, code, param, msg, 0);
+    HTTP_APIS[ri->api].write_error(&sb, ri, status, code, param, msg, 0);
     gen_free(c);                  /* ri may be c->gen's: written above */
     c->http_close_after |= close; /* a chunked request's connection closes anyway */
     close = c->http_close_after;
@@ -225,10 +222,7 @@ static void sink_token(void *fe, const srv_req *r, int32_t index, int32_t token,
     }
     strbuf ev;
     sb_init(&ev, 0);
-    if (g->ri.api == HTTP_API_TRITON)
-        triton_write_token(&ev, &g->ri, text, len);
-    else
-        openai_write_token(&ev, &g->ri, text, len);
+    HTTP_APIS[g->ri.api].write_token(&ev, &g->ri, text, len);
     sse_queue(g, &ev);
     sb_free(&ev);
 }
@@ -248,10 +242,7 @@ static void sink_done(void *fe, const srv_req *r, const req_result *res)
     strbuf sb;
     sb_init(&sb, 0);
     const char *text = g->text.buf ? sb_text(&g->text) : "";
-    if (g->ri.api == HTTP_API_TRITON)
-        triton_write_end(&sb, &g->ri, res, text, g->text.len);
-    else
-        openai_write_end(&sb, &g->ri, res, text, g->text.len);
+    HTTP_APIS[g->ri.api].write_end(&sb, &g->ri, res, text, g->text.len);
     if (g->ri.stream) {
         g->ended = 1;
         sse_queue(g, &sb);
@@ -283,10 +274,8 @@ static void sink_error(void *fe, const char *id, ifl_code code, const char *mess
     if (g->ri.stream && g->headers_sent) {
         strbuf sb;
         sb_init(&sb, 0);
-        if (g->ri.api == HTTP_API_TRITON)
-            triton_write_error(&sb, &g->ri, code, message, 1);
-        else
-            openai_write_error(&sb, ifl_code_get(code)->http_status, code, NULL, message, 1);
+        HTTP_APIS[g->ri.api].write_error(&sb, &g->ri, ifl_code_get(code)->http_status, code, NULL,
+                                         message, 1);
         g->ended = 1;
         sse_queue(g, &sb);
         sb_free(&sb);
@@ -306,60 +295,37 @@ static const req_sink HTTP_SINK = {.queued = sink_queued,
 
 /* ---- the request ----------------------------------------------------------------------------- */
 
-/* Content-Type application/json; for Triton also none or application/x-www-form-urlencoded
- * (curl -d's). 1 yes, 0 no (got holds what was sent), -1 the header does not fit in cap bytes
- * (431: never read as absent). */
-static int content_type_ok(struct lws *wsi, http_api_kind api, char *got, size_t cap)
+/* Content-Type application/json; for an API with form_bodies also none or
+ * application/x-www-form-urlencoded (curl -d's). 1 yes, 0 no (got holds what was sent), -1 the
+ * header does not fit in cap bytes (431: never read as absent). */
+static int content_type_ok(struct lws *wsi, const http_api_desc *a, char *got, size_t cap)
 {
     got[0] = 0;
     int len = lws_hdr_copy(wsi, got, (int)cap, WSI_TOKEN_HTTP_CONTENT_TYPE);
     if (len < 0)
         return -1;
     if (len == 0)
-        return api == HTTP_API_TRITON;
+        return a->form_bodies;
     size_t n = strcspn(got, "; \t");
     return (n == 16 && !strncasecmp(got, "application/json", 16)) ||
-           (api == HTTP_API_TRITON && n == 33 &&
+           (a->form_bodies && n == 33 &&
             !strncasecmp(got, "application/x-www-form-urlencoded", 33));
 }
 
-/* The route of a POST path: 0 with *ri's api, stream (Triton) and model set; -1 if it is not a
- * generation path; -2 for an unknown Triton model or version (msg says so). Triton's paths:
- * /v2/models/M/generate[_stream], also with /versions/V after M (V: its one version, 1). */
+/* The route of a POST path, by each API's row: 0 with *ri's api (and the row's route's fields)
+ * set; -1 if it is not a generation path; -2 for an unknown model or version (ri->api set, msg
+ * says so). */
 static int route(const char *path, http_req_info *ri, char *msg, size_t cap)
 {
-    memset(ri, 0, sizeof *ri);
-    if (!strcmp(path, "/v1/completions")) {
-        ri->api = HTTP_API_COMPLETIONS;
-        return 0;
+    for (int k = 0; k < HTTP_N_APIS; k++) {
+        memset(ri, 0, sizeof *ri);
+        ri->api = (http_api_kind)k;
+        int rc = HTTP_APIS[k].route(&HTTP_APIS[k], path, ri, msg, cap);
+        if (rc != -1)
+            return rc;
     }
-    if (!strcmp(path, "/v1/chat/completions")) {
-        ri->api = HTTP_API_CHAT;
-        return 0;
-    }
-    if (strncmp(path, "/v2/models/", 11))
-        return -1;
-    const char *name = path + 11, *ver = NULL;
-    size_t nlen = strcspn(name, "/"), vlen = 0;
-    const char *tail = name + nlen;
-    if (!strncmp(tail, "/versions/", 10)) {
-        ver = tail + 10;
-        vlen = strcspn(ver, "/");
-        tail = ver + vlen;
-    }
-    if (!nlen || (ver && !vlen) || (strcmp(tail, "/generate") && strcmp(tail, "/generate_stream")))
-        return -1;
-    ri->api = HTTP_API_TRITON;
-    ri->stream = !strcmp(tail, "/generate_stream");
-    if (triton_model(name, nlen, &ri->policy, msg, cap))
-        return -2;
-    if (ver && (vlen != 1 || ver[0] != '1')) {
-        snprintf(msg, cap, "model '%.*s' has no version '%.*s': its one version is 1", (int)nlen,
-                 name, http_clip_len(ver, vlen < 64 ? vlen : 64), ver);
-        return -2;
-    }
-    snprintf(ri->model, sizeof ri->model, "%.*s", (int)nlen, name);
-    return 0;
+    memset(ri, 0, sizeof *ri); /* (http.c routes only generation paths here) */
+    return -1;
 }
 
 /* How the body is framed: 0 a Content-Length (copied to cl), 1 chunked; -2 neither (411), -1 a
@@ -433,14 +399,14 @@ int http_gen_begin(server *s, srv_conn *c, struct lws *wsi, const char *path)
     }
     if (!srv_api_key_ok(s, wsi, 0)) {
         c->http_close_after = 1; /* the body is not read */
-        return http_unauthorized(s, c, wsi, ri.api != HTTP_API_TRITON);
+        return http_unauthorized(s, c, wsi, HTTP_APIS[ri.api].front_end);
     }
-    if (s->stopping || !atomic_load(&s->ready))
+    if (s->rl.stopping || !atomic_load(&s->ready))
         return gen_error_answer(
             c, wsi, &ri, HTTP_STATUS_SERVICE_UNAVAILABLE, IFL_CODE_SHUTTING_DOWN, NULL,
-            s->stopping ? "the server is shutting down" : "not ready: loading the model", 1);
+            s->rl.stopping ? "the server is shutting down" : "not ready: loading the model", 1);
     char ct[256], cl[32];
-    int ct_ok = content_type_ok(wsi, ri.api, ct, sizeof ct);
+    int ct_ok = content_type_ok(wsi, &HTTP_APIS[ri.api], ct, sizeof ct);
     if (ct_ok < 0) {
         snprintf(msg, sizeof msg, "the Content-Type header is over %zu bytes", sizeof ct - 1);
         return gen_error_answer(c, wsi, &ri, HTTP_STATUS_HEADER_TOO_LARGE,
@@ -584,9 +550,7 @@ static int parse_body(server *s, http_gen *g, req_params *p, proto_error *pe)
     cJSON *root = proto_parse_json_object(g->body, g->body_len, pe);
     if (!root)
         return -1;
-    int rc = g->ri.api == HTTP_API_TRITON
-                 ? triton_parse(root, &s->lim, &g->ri, p, pe)
-                 : openai_parse(root, &s->lim, served_name(s), &g->ri, p, pe);
+    int rc = HTTP_APIS[g->ri.api].parse(root, &s->lim, served_name(s), &g->ri, p, pe);
     cJSON_Delete(root);
     return rc;
 }
@@ -609,14 +573,14 @@ int http_gen_body_done(server *s, srv_conn *c, struct lws *wsi)
     }
     free(g->body);
     g->body = NULL;
-    if (g->ri.api != HTTP_API_TRITON) {
+    const http_api_desc *a = &HTTP_APIS[g->ri.api];
+    if (a->resp_id_prefix) {
         g->ri.created = (long long)time(NULL);
-        snprintf(g->ri.resp_id, sizeof g->ri.resp_id, "%s-%016llx",
-                 g->ri.api == HTTP_API_CHAT ? "chatcmpl" : "cmpl",
+        snprintf(g->ri.resp_id, sizeof g->ri.resp_id, "%s-%016llx", a->resp_id_prefix,
                  (unsigned long long)req_random_u64(&s->rl));
     }
     p.policy = g->ri.policy;
-    p.api = g->ri.api == HTTP_API_TRITON ? REQ_API_TRITON : REQ_API_OPENAI;
+    p.api = a->front_end;
     snprintf(p.id, sizeof p.id, "http");
     if (!c->owner.sink)
         open_session(s, c, wsi, &g->ri);
@@ -656,8 +620,8 @@ void http_gen_conn_closed(server *s, struct lws *wsi)
         return;
     *slot = NULL;
     if (hc->logged && s->log.db) {
-        char hex[17];
-        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)hc->session);
+        char hex[REQ_SESSION_HEX];
+        req_session_hex(hc->session, hex);
         ifl_dblog_session_close(s->log.db, hex, ifl_db_now_ms(), "HTTP connection closed");
     }
     free(hc);

@@ -26,16 +26,13 @@
 
 int http_model_policy(const char *name, const char *served, ifl_policy *policy)
 {
-    if (!strcmp(name, "iterative-gpt2") || !strcmp(name, "iterative") ||
-        (served && served[0] && !strcmp(name, served))) {
-        *policy = IFL_POLICY_ITERATIVE;
-        return 0;
-    }
-    if (!strcmp(name, "simple-gpt2") || !strcmp(name, "static")) {
-        *policy = IFL_POLICY_STATIC;
-        return 0;
-    }
-    return -1;
+    return api_model_policy(name, strlen(name), served, 0, policy);
+}
+
+/* The shape of the OpenAI API the request came through (its row's). */
+static const openai_shape *shape_of(const http_req_info *ri)
+{
+    return HTTP_APIS[ri->api].openai;
 }
 
 int http_clip_len(const char *s, size_t max)
@@ -53,14 +50,17 @@ static const char *const COMMON[] = {
     "model",          "max_tokens", "temperature", "top_p", "seed",       "stop", "stream",
     "stream_options", "user",       "n",           "top_k", "ignore_eos", NULL};
 
-static int allowed(http_api_kind api, const char *name)
+static int in_list(const char *const *list, const char *name)
 {
-    for (const char *const *f = COMMON; *f; f++)
-        if (!strcmp(*f, name))
+    for (; *list; list++)
+        if (!strcmp(*list, name))
             return 1;
-    if (api == HTTP_API_CHAT)
-        return !strcmp(name, "messages") || !strcmp(name, "max_completion_tokens");
-    return !strcmp(name, "prompt");
+    return 0;
+}
+
+static int allowed(const openai_shape *sh, const char *name)
+{
+    return in_list(COMMON, name) || in_list(sh->fields, name);
 }
 
 static int fail(proto_error *err, ifl_code code, const char *param, const char *msg)
@@ -80,7 +80,7 @@ static int parse_openai_fields(const cJSON *root, const char *served, http_req_i
     cJSON_ArrayForEach(f, root)
     {
         const char *name = f->string ? f->string : "";
-        if (!allowed(ri->api, name)) {
+        if (!allowed(shape_of(ri), name)) {
             snprintf(msg, sizeof msg, "unknown field '%.*s'", http_clip_len(name, 64), name);
             return fail(err, IFL_CODE_UNKNOWN_FIELD, name, msg);
         }
@@ -92,10 +92,14 @@ static int parse_openai_fields(const cJSON *root, const char *served, http_req_i
         return fail(err, IFL_CODE_WRONG_TYPE, "model", "field 'model' must be a string");
     if (strlen(m->valuestring) > HTTP_MODEL_MAX ||
         http_model_policy(m->valuestring, served, &ri->policy)) {
+        strbuf names;
+        sb_init(&names, 0);
+        api_model_list(&names, 0, ", ", " and ");
         snprintf(msg, sizeof msg,
-                 "the model '%.*s' does not exist: this server has %s, iterative-gpt2, "
-                 "simple-gpt2, iterative and static (GET /v1/models)",
-                 http_clip_len(m->valuestring, 64), m->valuestring, served);
+                 "the model '%.*s' does not exist: this server has %s, %s (GET /v1/models)",
+                 http_clip_len(m->valuestring, 64), m->valuestring, served,
+                 sb_ok(&names) ? sb_text(&names) : "");
+        sb_free(&names);
         return fail(err, IFL_CODE_UNKNOWN_MODEL, "model", msg);
     }
     snprintf(ri->model, sizeof ri->model, "%s", m->valuestring);
@@ -131,30 +135,38 @@ static int parse_openai_fields(const cJSON *root, const char *served, http_req_i
     return 0;
 }
 
-/* The request as proto_parse_params reads it: prompt from "prompt" or the rendered messages, stop
- * as an array, max_completion_tokens as max_tokens. */
-static cJSON *normalize(const cJSON *root, http_api_kind api, proto_error *err)
+/* Chat's fields as /ws's: the messages rendered into prompt, max_completion_tokens as
+ * max_tokens. */
+static int chat_normalize(const cJSON *root, cJSON *o, proto_error *err)
+{
+    strbuf sb;
+    sb_init(&sb, 0);
+    if (chat_render(cJSON_GetObjectItemCaseSensitive(root, "messages"), &sb, err)) {
+        sb_free(&sb);
+        return -1;
+    }
+    cJSON_AddItemToObject(o, "prompt", cJSON_CreateString(sb_text(&sb)));
+    sb_free(&sb);
+    cJSON *mct = cJSON_DetachItemFromObjectCaseSensitive(o, "max_completion_tokens");
+    if (mct && !cJSON_GetObjectItemCaseSensitive(o, "max_tokens"))
+        cJSON_AddItemToObject(o, "max_tokens", mct);
+    else
+        cJSON_Delete(mct);
+    return 0;
+}
+
+/* The request as proto_parse_params reads it: the API's own fields normalized (sh->normalize),
+ * stop as an array. */
+static cJSON *normalize(const cJSON *root, const openai_shape *sh, proto_error *err)
 {
     cJSON *o = cJSON_Duplicate(root, 1);
     if (!o) {
         fail(err, IFL_CODE_OUT_OF_MEMORY, "", "no memory for the request");
         return NULL;
     }
-    if (api == HTTP_API_CHAT) {
-        strbuf sb;
-        sb_init(&sb, 0);
-        if (chat_render(cJSON_GetObjectItemCaseSensitive(root, "messages"), &sb, err)) {
-            sb_free(&sb);
-            cJSON_Delete(o);
-            return NULL;
-        }
-        cJSON_AddItemToObject(o, "prompt", cJSON_CreateString(sb_text(&sb)));
-        sb_free(&sb);
-        cJSON *mct = cJSON_DetachItemFromObjectCaseSensitive(o, "max_completion_tokens");
-        if (mct && !cJSON_GetObjectItemCaseSensitive(o, "max_tokens"))
-            cJSON_AddItemToObject(o, "max_tokens", mct);
-        else
-            cJSON_Delete(mct);
+    if (sh->normalize && sh->normalize(root, o, err)) {
+        cJSON_Delete(o);
+        return NULL;
     }
     cJSON *stop = cJSON_GetObjectItemCaseSensitive(o, "stop");
     if (stop && cJSON_IsString(stop)) {
@@ -206,18 +218,19 @@ int openai_parse(const cJSON *root, const proto_limits *lim, const char *served,
 {
     if (parse_openai_fields(root, served, ri, err))
         return -1;
-    int ids = ri->api == HTTP_API_COMPLETIONS ? take_prompt_ids(root, lim, p, err) : 0;
+    const openai_shape *sh = shape_of(ri);
+    int ids = sh->prompt_ids ? take_prompt_ids(root, lim, p, err) : 0;
     if (ids < 0)
         return -1;
-    cJSON *o = normalize(root, ri->api, err);
+    cJSON *o = normalize(root, sh, err);
     if (!o)
         return -1;
     int rc = proto_parse_params(o, ids ? NULL : "prompt", lim, p, err);
     cJSON_Delete(o);
     if (rc)
         return -1;
-    if (ri->api == HTTP_API_CHAT)
-        chat_add_stop(p);
+    if (sh->finish_params)
+        sh->finish_params(p);
     return 0;
 }
 
@@ -231,40 +244,59 @@ static const char *finish_reason(ifl_finish f)
 /* {"id":...,"object":...,"created":...,"model":..., (left open) */
 static void put_head(strbuf *sb, const http_req_info *ri, int chunk)
 {
-    const char *object = ri->api == HTTP_API_CHAT
-                             ? (chunk ? "chat.completion.chunk" : "chat.completion")
-                             : "text_completion";
+    const char *object = chunk ? shape_of(ri)->chunk_object : shape_of(ri)->object;
     sb_puts(sb, "{\"id\":");
     sb_json_str(sb, ri->resp_id, strlen(ri->resp_id));
     sb_printf(sb, ",\"object\":\"%s\",\"created\":%lld,\"model\":", object, ri->created);
     sb_json_str(sb, ri->model, strlen(ri->model));
 }
 
-/* One streamed choice: text (completions) or delta (chat); finish NULL while it runs. */
+/* Completions' choice content: its text ("" in a stream's last event) and logprobs. */
+static void completion_text(strbuf *sb, const char *text, size_t len)
+{
+    sb_puts(sb, "\"text\":");
+    sb_json_str(sb, text ? text : "", text ? len : 0);
+    sb_puts(sb, ",\"logprobs\":null");
+}
+
+static void completion_delta(strbuf *sb, http_req_info *ri, const char *text, size_t len)
+{
+    (void)ri;
+    completion_text(sb, text, len);
+}
+
+/* Chat's: a stream event's delta (the role in the first one), the answer's message. */
+static void chat_delta(strbuf *sb, http_req_info *ri, const char *text, size_t len)
+{
+    sb_puts(sb, "\"delta\":{");
+    if (!ri->sent_role) {
+        sb_puts(sb, "\"role\":\"assistant\"");
+        ri->sent_role = 1;
+        if (text)
+            sb_puts(sb, ",");
+    }
+    if (text) {
+        sb_puts(sb, "\"content\":");
+        sb_json_str(sb, text, len);
+    }
+    sb_puts(sb, "}");
+}
+
+static void chat_message(strbuf *sb, const char *text, size_t len)
+{
+    sb_puts(sb, "\"message\":{\"role\":\"assistant\",\"content\":");
+    sb_json_str(sb, text, len);
+    sb_puts(sb, "}");
+}
+
+/* One streamed choice: the shape's delta; finish NULL while it runs. */
 static void put_chunk(strbuf *sb, http_req_info *ri, const char *text, size_t len,
                       const char *finish)
 {
     sb_puts(sb, "data: ");
     put_head(sb, ri, 1);
     sb_puts(sb, ",\"choices\":[{\"index\":0,");
-    if (ri->api == HTTP_API_CHAT) {
-        sb_puts(sb, "\"delta\":{");
-        if (!ri->sent_role) {
-            sb_puts(sb, "\"role\":\"assistant\"");
-            ri->sent_role = 1;
-            if (text)
-                sb_puts(sb, ",");
-        }
-        if (text) {
-            sb_puts(sb, "\"content\":");
-            sb_json_str(sb, text, len);
-        }
-        sb_puts(sb, "}");
-    } else {
-        sb_puts(sb, "\"text\":");
-        sb_json_str(sb, text ? text : "", text ? len : 0);
-        sb_puts(sb, ",\"logprobs\":null");
-    }
+    shape_of(ri)->put_delta(sb, ri, text, len);
     if (finish)
         sb_printf(sb, ",\"finish_reason\":\"%s\"}]}\n\n", finish);
     else
@@ -307,15 +339,7 @@ void openai_write_end(strbuf *sb, http_req_info *ri, const req_result *res, cons
     }
     put_head(sb, ri, 0);
     sb_puts(sb, ",\"choices\":[{\"index\":0,");
-    if (ri->api == HTTP_API_CHAT) {
-        sb_puts(sb, "\"message\":{\"role\":\"assistant\",\"content\":");
-        sb_json_str(sb, text, len);
-        sb_puts(sb, "}");
-    } else {
-        sb_puts(sb, "\"text\":");
-        sb_json_str(sb, text, len);
-        sb_puts(sb, ",\"logprobs\":null");
-    }
+    shape_of(ri)->put_whole(sb, text, len);
     sb_printf(sb, ",\"finish_reason\":\"%s\"}],", finish_reason(res->finish));
     put_usage(sb, res);
     sb_puts(sb, "}");
@@ -348,30 +372,47 @@ void openai_write_error(strbuf *sb, int status, ifl_code code, const char *param
         sb_puts(sb, "\n\n");
 }
 
-void openai_write_models(strbuf *sb, const char *served, long long created)
+void openai_write_model(strbuf *sb, const char *id, ifl_policy policy, long long created)
 {
-    static const struct {
-        const char *id, *policy;
-    } fixed[] = {{"iterative-gpt2", "iterative"},
-                 {"simple-gpt2", "static"},
-                 {"iterative", "iterative"},
-                 {"static", "static"}};
-    sb_puts(sb, "{\"object\":\"list\",\"data\":[");
     sb_puts(sb, "{\"id\":");
-    sb_json_str(sb, served, strlen(served));
+    sb_json_str(sb, id, strlen(id));
     sb_printf(sb,
               ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"inflight\","
-              "\"policy\":\"iterative\"}",
-              created);
-    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
-        if (!strcmp(fixed[i].id, served))
-            continue;
-        sb_printf(sb,
-                  ",{\"id\":\"%s\",\"object\":\"model\",\"created\":%lld,"
-                  "\"owned_by\":\"inflight\",\"policy\":\"%s\"}",
-                  fixed[i].id, created, fixed[i].policy);
+              "\"policy\":\"%s\"}",
+              created, ifl_policy_name(policy));
+}
+
+void openai_write_models(strbuf *sb, const char *served, long long created)
+{
+    sb_puts(sb, "{\"object\":\"list\",\"data\":[");
+    openai_write_model(sb, served, API_SERVED_POLICY, created);
+    for (int i = 0; i < API_N_MODELS; i++) {
+        if (strcmp(API_MODELS[i].name, served)) {
+            sb_puts(sb, ",");
+            openai_write_model(sb, API_MODELS[i].name, API_MODELS[i].policy, created);
+        }
     }
     sb_puts(sb, "],\"chat_template\":\"per message 'System: ...\\n', 'User: ...\\n' or "
                 "'Assistant: ...\\n' (no second space before a content that begins with one), then "
                 "'Assistant:'; stop '\\nUser:'\"}");
 }
+
+/* ---- the two APIs' shapes (their rows: api_table.c) ------------------------------------------ */
+
+static const char *const COMPLETIONS_FIELDS[] = {"prompt", NULL};
+static const char *const CHAT_FIELDS[] = {"messages", "max_completion_tokens", NULL};
+
+const openai_shape OPENAI_COMPLETIONS_SHAPE = {.fields = COMPLETIONS_FIELDS,
+                                               .prompt_ids = 1,
+                                               .object = "text_completion",
+                                               .chunk_object = "text_completion",
+                                               .put_delta = completion_delta,
+                                               .put_whole = completion_text};
+
+const openai_shape OPENAI_CHAT_SHAPE = {.fields = CHAT_FIELDS,
+                                        .normalize = chat_normalize,
+                                        .finish_params = chat_add_stop,
+                                        .object = "chat.completion",
+                                        .chunk_object = "chat.completion.chunk",
+                                        .put_delta = chat_delta,
+                                        .put_whole = chat_message};

@@ -92,18 +92,43 @@ fail:
 
 int triton_model(const char *name, size_t len, ifl_policy *policy, char *msg, size_t cap)
 {
-    static const struct {
-        const char *name;
-        ifl_policy policy;
-    } models[] = {{"iterative-gpt2", IFL_POLICY_ITERATIVE}, {"simple-gpt2", IFL_POLICY_STATIC}};
-    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
-        if (strlen(models[i].name) == len && !strncmp(name, models[i].name, len)) {
-            *policy = models[i].policy;
-            return 0;
-        }
-    snprintf(msg, cap, "unknown model '%.*s': this server has iterative-gpt2, simple-gpt2",
-             (int)(len > 128 ? 128 : len), name);
+    if (!api_model_policy(name, len, NULL, 1, policy))
+        return 0;
+    strbuf names;
+    sb_init(&names, 0);
+    api_model_list(&names, 1, ", ", ", ");
+    snprintf(msg, cap, "unknown model '%.*s': this server has %s", (int)(len > 128 ? 128 : len),
+             name, sb_ok(&names) ? sb_text(&names) : "");
+    sb_free(&names);
     return -1;
+}
+
+int triton_route(const http_api_desc *a, const char *path, http_req_info *ri, char *msg,
+                 size_t cap)
+{
+    (void)a;
+    if (strncmp(path, "/v2/models/", 11))
+        return -1;
+    const char *name = path + 11, *ver = NULL;
+    size_t nlen = strcspn(name, "/"), vlen = 0;
+    const char *tail = name + nlen;
+    if (!strncmp(tail, "/versions/", 10)) {
+        ver = tail + 10;
+        vlen = strcspn(ver, "/");
+        tail = ver + vlen;
+    }
+    if (!nlen || (ver && !vlen) || (strcmp(tail, "/generate") && strcmp(tail, "/generate_stream")))
+        return -1;
+    ri->stream = !strcmp(tail, "/generate_stream");
+    if (triton_model(name, nlen, &ri->policy, msg, cap))
+        return -2;
+    if (ver && (vlen != 1 || ver[0] != '1')) {
+        snprintf(msg, cap, "model '%.*s' has no version '%.*s': its one version is 1", (int)nlen,
+                 name, http_clip_len(ver, vlen < 64 ? vlen : 64), ver);
+        return -2;
+    }
+    snprintf(ri->model, sizeof ri->model, "%.*s", (int)nlen, name);
+    return 0;
 }
 
 int triton_parse(const cJSON *root, const proto_limits *lim, http_req_info *ri, req_params *p,
@@ -129,7 +154,7 @@ static void put_head(strbuf *sb, const http_req_info *ri)
     }
 }
 
-void triton_write_token(strbuf *sb, const http_req_info *ri, const char *text, size_t len)
+void triton_write_token(strbuf *sb, http_req_info *ri, const char *text, size_t len)
 {
     sb_puts(sb, "data: ");
     put_head(sb, ri);
@@ -138,7 +163,7 @@ void triton_write_token(strbuf *sb, const http_req_info *ri, const char *text, s
     sb_puts(sb, "}\n\n");
 }
 
-void triton_write_end(strbuf *sb, const http_req_info *ri, const req_result *res, const char *text,
+void triton_write_end(strbuf *sb, http_req_info *ri, const req_result *res, const char *text,
                       size_t len)
 {
     if (ri->stream)

@@ -15,7 +15,7 @@
 /* Why the server is not ready, or NULL when it is. */
 static const char *not_ready_reason(server *s)
 {
-    if (s->stopping)
+    if (s->rl.stopping)
         return "shutting down";
     if (atomic_load(&s->load_failed))
         return "the model failed to load";
@@ -68,8 +68,8 @@ static int v2_model_metadata(server *s, srv_conn *c, struct lws *wsi, const char
               ",\"versions\":[\"1\"],\"platform\":\"inflight\",\"parameters\":{\"policy\":\"%s\","
               "\"max_tokens\":%d",
               ifl_policy_name(policy), (int)s->lim.max_tokens);
-    if (s->rl.n_ctx > 0) /* known once the model is loaded */
-        sb_printf(&sb, ",\"n_ctx\":%d", (int)s->rl.n_ctx);
+    if (atomic_load(&s->ready)) /* the context is known once the model is loaded */
+        sb_printf(&sb, ",\"n_ctx\":%d", (int)s->rt.model.cfg.n_ctx);
     sb_puts(&sb, "},"
                  "\"inputs\":[{\"name\":\"text_input\",\"datatype\":\"BYTES\",\"shape\":[1]},"
                  "{\"name\":\"max_tokens\",\"datatype\":\"INT32\",\"shape\":[1]}],"
@@ -127,10 +127,15 @@ static v2_target v2_resolve(const char *path, v2_where *w)
         return V2_READY;
     if (!strncmp(path, "/v2/models/", 11) && path[11])
         return v2_model(path + 11, w);
+    strbuf models;
+    sb_init(&models, 0);
+    api_model_list(&models, 1, ",", ",");
     snprintf(w->msg, sizeof w->msg,
              "no such endpoint: /v2 has /v2/health/live, /v2/health/ready and "
-             "/v2/models/{iterative-gpt2,simple-gpt2}[/versions/1][/ready] (GET), "
-             ".../generate and .../generate_stream (POST)");
+             "/v2/models/{%s}[/versions/1][/ready] (GET), "
+             ".../generate and .../generate_stream (POST)",
+             sb_ok(&models) ? sb_text(&models) : "");
+    sb_free(&models);
     return V2_NONE;
 }
 

@@ -40,7 +40,7 @@ void metrics_hist_observe(metrics_hist *h, double v)
 void metrics_init(metrics *m)
 {
     memset(m, 0, sizeof *m);
-    for (int p = 0; p < METRICS_N_POLICIES; p++) {
+    for (int p = 0; p < IFL_N_POLICIES; p++) {
         metrics_hist_init(&m->ttft[p], LE_LATENCY, N_OF(LE_LATENCY));
         metrics_hist_init(&m->queue[p], LE_LATENCY, N_OF(LE_LATENCY));
         metrics_hist_init(&m->itl[p], LE_ITL, N_OF(LE_ITL));
@@ -48,7 +48,7 @@ void metrics_init(metrics *m)
         metrics_hist_init(&m->batch[p], LE_BATCH, N_OF(LE_BATCH));
         metrics_hist_init(&m->step_s[p], LE_STEP, N_OF(LE_STEP));
     }
-    for (int a = 0; a < 3; a++) {
+    for (int a = 0; a < REQ_N_APIS; a++) {
         metrics_hist_init(&m->api_ttft[a], LE_LATENCY, N_OF(LE_LATENCY));
         metrics_hist_init(&m->api_e2e[a], LE_E2E, N_OF(LE_E2E));
     }
@@ -85,28 +85,26 @@ static void hist_lines(strbuf *sb, const char *name, const char *key, const char
 }
 
 static void hist_family(strbuf *sb, const char *name, const char *help,
-                        const metrics_hist hs[METRICS_N_POLICIES])
+                        const metrics_hist hs[IFL_N_POLICIES])
 {
     family(sb, name, "histogram", help);
-    for (int p = 0; p < METRICS_N_POLICIES; p++)
+    for (int p = 0; p < IFL_N_POLICIES; p++)
         hist_lines(sb, name, "policy", ifl_policy_name((ifl_policy)p), &hs[p]);
 }
 
-static const char *const API_NAMES[3] = {"ws", "openai", "triton"}; /* req_api's order */
-
 static void api_hist_family(strbuf *sb, const char *name, const char *help,
-                            const metrics_hist hs[3])
+                            const metrics_hist hs[REQ_N_APIS])
 {
     family(sb, name, "histogram", help);
-    for (int a = 0; a < 3; a++)
-        hist_lines(sb, name, "api", API_NAMES[a], &hs[a]);
+    for (int a = 0; a < REQ_N_APIS; a++)
+        hist_lines(sb, name, "api", req_api_name((req_api)a), &hs[a]);
 }
 
 static void per_policy_counter(strbuf *sb, const char *name, const char *help,
-                               const uint64_t v[METRICS_N_POLICIES])
+                               const uint64_t v[IFL_N_POLICIES])
 {
     family(sb, name, "counter", help);
-    for (int p = 0; p < METRICS_N_POLICIES; p++)
+    for (int p = 0; p < IFL_N_POLICIES; p++)
         sb_printf(sb, "%s{policy=\"%s\"} %llu\n", name, ifl_policy_name((ifl_policy)p),
                   (unsigned long long)v[p]);
 }
@@ -130,7 +128,7 @@ static void render_requests(const metrics *m, strbuf *sb)
 {
     family(sb, "inflight_requests_total", "counter",
            "Requests finished, by policy and finish reason.");
-    for (int p = 0; p < METRICS_N_POLICIES; p++)
+    for (int p = 0; p < IFL_N_POLICIES; p++)
         for (int f = 0; f < METRICS_N_FINISH; f++)
             sb_printf(sb, "inflight_requests_total{policy=\"%s\",finish_reason=\"%s\"} %llu\n",
                       ifl_policy_name((ifl_policy)p), ifl_finish_name((ifl_finish)f),
@@ -138,14 +136,15 @@ static void render_requests(const metrics *m, strbuf *sb)
     family(sb, "inflight_api_requests_total", "counter",
            "Requests finished, by the API they came through (ws, openai, triton) and finish "
            "reason.");
-    for (int a = 0; a < 3; a++)
+    for (int a = 0; a < REQ_N_APIS; a++)
         for (int f = 0; f < METRICS_N_FINISH; f++)
             sb_printf(sb, "inflight_api_requests_total{api=\"%s\",finish_reason=\"%s\"} %llu\n",
-                      API_NAMES[a], ifl_finish_name((ifl_finish)f),
+                      req_api_name((req_api)a), ifl_finish_name((ifl_finish)f),
                       (unsigned long long)m->api_requests[a][f]);
     family(sb, "inflight_api_generated_tokens_total", "counter", "Tokens generated, by API.");
-    for (int a = 0; a < 3; a++)
-        sb_printf(sb, "inflight_api_generated_tokens_total{api=\"%s\"} %llu\n", API_NAMES[a],
+    for (int a = 0; a < REQ_N_APIS; a++)
+        sb_printf(sb, "inflight_api_generated_tokens_total{api=\"%s\"} %llu\n",
+                  req_api_name((req_api)a),
                   (unsigned long long)m->api_tokens[a]);
     api_hist_family(sb, "inflight_api_time_to_first_token_seconds",
                     "Time from a request's arrival to its first token, by API.", m->api_ttft);
@@ -192,7 +191,7 @@ static void render_prefix_cache(const metrics_live *live, strbuf *sb)
         "Cached KV blocks no request holds: kept, and free for admission."};
     for (int g = 0; g < 7; g++) {
         family(sb, names[g], g < 5 ? "counter" : "gauge", help[g]);
-        for (int p = 0; p < METRICS_N_POLICIES; p++) {
+        for (int p = 0; p < IFL_N_POLICIES; p++) {
             const ifl_batcher_stats *s = &live->stats[p];
             uint64_t v = !live->have_stats ? 0
                          : g == 0          ? s->prefix_lookups
@@ -219,7 +218,7 @@ static void render_batchers(const metrics_live *live, strbuf *sb)
         "KV cache blocks reserved by running requests.", "KV cache blocks in the pool."};
     for (int g = 0; g < 4; g++) {
         family(sb, gauge_names[g], "gauge", gauge_help[g]);
-        for (int p = 0; p < METRICS_N_POLICIES; p++) {
+        for (int p = 0; p < IFL_N_POLICIES; p++) {
             const ifl_batcher_stats *s = &live->stats[p];
             int32_t v = !live->have_stats ? 0
                         : g == 0          ? s->running

@@ -9,13 +9,13 @@
 
 #include <stdint.h>
 
+#include "api_table.h"
 #include "batcher.h"
 #include "codes.h"
 #include "dblog.h"
 #include "strbuf.h"
 
 #define METRICS_MAX_BUCKETS 16
-#define METRICS_N_POLICIES 2
 #define METRICS_N_FINISH 5
 
 typedef struct {
@@ -31,20 +31,21 @@ void metrics_hist_observe(metrics_hist *h, double v);
 
 typedef struct {
     /* per policy */
-    uint64_t requests[METRICS_N_POLICIES][METRICS_N_FINISH]; /* finished, by finish reason */
-    uint64_t api_requests[3][METRICS_N_FINISH]; /* the same by API (req_api: ws, openai, triton) */
-    uint64_t api_tokens[3];                     /* generated, by API */
-    metrics_hist api_ttft[3];                   /* by API: seconds, arrival to first token */
-    metrics_hist api_e2e[3];                    /* by API: seconds, arrival to done */
-    uint64_t tokens[METRICS_N_POLICIES];        /* generated */
-    uint64_t prompt_tokens[METRICS_N_POLICIES];
-    uint64_t steps[METRICS_N_POLICIES];
-    metrics_hist ttft[METRICS_N_POLICIES];  /* seconds, arrival to first token */
-    metrics_hist itl[METRICS_N_POLICIES];   /* seconds between a request's tokens */
-    metrics_hist queue[METRICS_N_POLICIES]; /* seconds, arrival to admission */
-    metrics_hist e2e[METRICS_N_POLICIES];   /* seconds, arrival to done */
-    metrics_hist batch[METRICS_N_POLICIES]; /* sequences per step */
-    metrics_hist step_s[METRICS_N_POLICIES];
+    uint64_t requests[IFL_N_POLICIES][METRICS_N_FINISH]; /* finished, by finish reason */
+    /* by API (the front end, req_api: API_FRONT_ENDS' rows) */
+    uint64_t api_requests[REQ_N_APIS][METRICS_N_FINISH]; /* the same by API */
+    uint64_t api_tokens[REQ_N_APIS];                     /* generated */
+    metrics_hist api_ttft[REQ_N_APIS];                   /* seconds, arrival to first token */
+    metrics_hist api_e2e[REQ_N_APIS];                    /* seconds, arrival to done */
+    uint64_t tokens[IFL_N_POLICIES];        /* generated */
+    uint64_t prompt_tokens[IFL_N_POLICIES];
+    uint64_t steps[IFL_N_POLICIES];
+    metrics_hist ttft[IFL_N_POLICIES];  /* seconds, arrival to first token */
+    metrics_hist itl[IFL_N_POLICIES];   /* seconds between a request's tokens */
+    metrics_hist queue[IFL_N_POLICIES]; /* seconds, arrival to admission */
+    metrics_hist e2e[IFL_N_POLICIES];   /* seconds, arrival to done */
+    metrics_hist batch[IFL_N_POLICIES]; /* sequences per step */
+    metrics_hist step_s[IFL_N_POLICIES];
     uint64_t errors[IFL_N_CODES]; /* by code (codes.h): every code is a series from the start */
     /* connections */
     uint64_t connections_total, connections_open;
@@ -70,7 +71,7 @@ void metrics_init(metrics *m);
 void metrics_count_error(metrics *m, ifl_code code);
 
 typedef struct {
-    ifl_batcher_stats stats[METRICS_N_POLICIES];
+    ifl_batcher_stats stats[IFL_N_POLICIES];
     int have_stats;
     int ready;
     int db_enabled; /* --db given */

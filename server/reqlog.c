@@ -35,9 +35,10 @@ void reqlog_params_json(const req_params *p, uint64_t seed, char *out, size_t ca
 }
 
 /* The fields every request record has, finished or refused. */
-static ifl_dblog_request base_record(const reqlog *lg, const srv_req *r, char session[17])
+static ifl_dblog_request base_record(const reqlog *lg, const srv_req *r,
+                                     char session[REQ_SESSION_HEX])
 {
-    snprintf(session, 17, "%016llx", (unsigned long long)r->session);
+    req_session_hex(r->session, session);
     return (ifl_dblog_request){
         .session = session,
         .client_id = r->id,
@@ -64,10 +65,12 @@ static void stderr_line(const reqlog *lg, const srv_req *r, const req_result *re
 {
     if (!lg->lines)
         return;
+    char session[REQ_SESSION_HEX];
+    req_session_hex(r->session, session);
     fprintf(stderr,
-            "inflight: request %016llx/%s policy=%s prompt_tokens=%d tokens=%d finish=%s "
+            "inflight: request %s/%s policy=%s prompt_tokens=%d tokens=%d finish=%s "
             "queue_ms=%.1f ttft_ms=%.1f total_ms=%.1f tokens_per_s=%.1f%s%s%s\n",
-            (unsigned long long)r->session, r->id, ifl_policy_name(r->policy), res->prompt_tokens,
+            session, r->id, ifl_policy_name(r->policy), res->prompt_tokens,
             res->completion_tokens, ifl_finish_name(res->finish), res->queue_ms,
             res->ttft_ms < 0 ? 0 : res->ttft_ms, res->total_ms, res->tokens_per_s,
             owner_gone ? " (connection closed)" : "", res->message ? " error=" : "",
@@ -80,7 +83,7 @@ void reqlog_finished(reqlog *lg, const srv_req *r, const ifl_event *done, const 
     stderr_line(lg, r, res, owner_gone);
     if (!lg->db)
         return;
-    char session[17];
+    char session[REQ_SESSION_HEX];
     ifl_dblog_request q = base_record(lg, r, session);
     q.completion_tokens = res->completion_tokens;
     q.cached_tokens = res->cached_tokens;
@@ -102,7 +105,7 @@ void reqlog_refused(reqlog *lg, const srv_req *r, ifl_code code)
 {
     if (!lg->db)
         return;
-    char session[17];
+    char session[REQ_SESSION_HEX];
     ifl_dblog_request q = base_record(lg, r, session);
     q.error_code = ifl_code_name(code);
     /* refusals cost the sender nothing: keep the start of the prompt, not all of it (the length

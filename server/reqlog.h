@@ -54,7 +54,7 @@ struct reqlog {
     int lines;             /* one stderr line per finished request */
     uint64_t t0_us;        /* monotonic us at start */
     double epoch_ms_at_t0; /* wall clock (Unix ms) when t0_us was read */
-    uint64_t last_step_logged[2];
+    uint64_t last_step_logged[IFL_N_POLICIES];
     reqlog_refusals refusals; /* the budget of refused requests' rows */
 };
 

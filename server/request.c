@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "runtime.h"
 #include "reqlog.h"
 #include "util.h"
 
@@ -44,7 +45,12 @@ void req_owner_init(req_owner *o, const req_sink *sink, void *fe, uint64_t sessi
     o->fe = fe;
     o->session = session;
     o->max_inflight = max_inflight;
-    snprintf(o->session_hex, sizeof o->session_hex, "%016llx", (unsigned long long)session);
+    req_session_hex(session, o->session_hex);
+}
+
+void req_session_hex(uint64_t session, char hex[REQ_SESSION_HEX])
+{
+    snprintf(hex, REQ_SESSION_HEX, "%016llx", (unsigned long long)session);
 }
 
 srv_req *req_find(const req_owner *o, const char *id)
@@ -78,7 +84,7 @@ void req_owner_cancel_all(req_layer *L, req_owner *o)
 {
     if (!o->n_reqs)
         return;
-    for (int p = 0; p < 2; p++)
+    for (int p = 0; p < IFL_N_POLICIES; p++)
         if (L->b[p])
             ifl_batcher_cancel_session(L->b[p], o->session);
 }
@@ -164,7 +170,7 @@ static int admissible(req_layer *L, req_owner *o, srv_req *r)
 static int take_ids(req_layer *L, req_owner *o, srv_req *r, const req_params *p, ifl_tokens *ids)
 {
     char msg[160];
-    int32_t nv = ifl_tokenizer_n_vocab(L->tok);
+    int32_t nv = ifl_tokenizer_n_vocab(L->rt->tok);
     for (int32_t i = 0; i < p->n_prompt_ids; i++) {
         if (p->prompt_ids[i] < 0 || p->prompt_ids[i] >= nv) {
             snprintf(msg, sizeof msg, "prompt[%d] is %d: a token id must be from 0 to %d", i,
@@ -192,28 +198,23 @@ static int tokenize(req_layer *L, req_owner *o, srv_req *r, const req_params *p,
     if (p->prompt_ids) {
         if (take_ids(L, o, r, p, ids))
             return -1;
-    } else if (ifl_tokenizer_encode(L->tok, text, len, 0, ids, &err)) {
+    } else if (ifl_tokenizer_encode(L->rt->tok, text, len, 0, ids, &err)) {
         snprintf(msg, sizeof msg, "cannot tokenize the prompt: %s", err.msg);
         refuse(L, o, r, IFL_CODE_INVALID_REQUEST, msg);
         return -1;
     }
     r->prompt_tokens = (int32_t)ids->n;
-    if ((int64_t)ids->n + r->max_tokens > L->n_ctx) {
+    int32_t n_ctx = L->rt->model.cfg.n_ctx;
+    if ((int64_t)ids->n + r->max_tokens > n_ctx) {
         snprintf(msg, sizeof msg,
                  "the prompt is %zu tokens; with max_tokens %d that is %lld, over the model's "
                  "context of %d",
-                 ids->n, r->max_tokens, (long long)ids->n + r->max_tokens, L->n_ctx);
+                 ids->n, r->max_tokens, (long long)ids->n + r->max_tokens, n_ctx);
         ifl_tokens_free(ids);
         refuse(L, o, r, IFL_CODE_PROMPT_TOO_LONG, msg);
         return -1;
     }
     return 0;
-}
-
-const char *req_api_name(req_api a)
-{
-    static const char *const names[REQ_N_APIS] = {"ws", "openai", "triton"};
-    return a < REQ_N_APIS ? names[a] : "ws";
 }
 
 static srv_req *req_new(req_layer *L, req_owner *o, req_params *p, uint64_t t_arrival)
@@ -249,9 +250,9 @@ srv_req *req_submit(req_layer *L, req_owner *o, req_params *p, uint64_t t_arriva
         r->prompt = p->prompt;
         r->prompt_len = p->prompt_len;
         p->prompt = NULL;
-    } else if (L->log->db && p->prompt_ids && L->tok) { /* token ids: the log keeps their text */
+    } else if (L->log->db && p->prompt_ids && L->rt->tok) { /* token ids: the log keeps them */
         ifl_err e;
-        if (ifl_tokenizer_decode(L->tok, p->prompt_ids, (size_t)p->n_prompt_ids, &r->prompt,
+        if (ifl_tokenizer_decode(L->rt->tok, p->prompt_ids, (size_t)p->n_prompt_ids, &r->prompt,
                                  &r->prompt_len, &e))
             r->prompt = NULL, r->prompt_len = 0;
     }

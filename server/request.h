@@ -1,14 +1,14 @@
 /* request.h: the request layer: one generation request from any front end, whatever its wire
- * format. A front end (/ws today, the HTTP APIs next) parses its messages into req_params and
- * writes results back in its own format through a req_sink; everything in between happens here,
- * once: checks that need the server's state (shutting down, duplicate id, requests in flight per
- * owner), tokenizing and the context check, submission to the batcher of the chosen policy,
- * routing the batcher's events back to the owner, the metrics, and the finished request's log
- * (stderr line and SQLite record, reqlog.h).
+ * format. A front end (/ws in ws.c; OpenAI's /v1 and Triton's /v2 in http_gen.c) parses its
+ * messages into req_params and writes results back in its own format through a req_sink; everything
+ * in between happens here, once: checks that need the server's state (shutting down, duplicate id,
+ * requests in flight per owner), tokenizing and the context check, submission to the batcher of the
+ * chosen policy, routing the batcher's events back to the owner, the metrics, and the finished
+ * request's log (stderr line and SQLite record, reqlog.h).
  *
- * Owners. Requests belong to a req_owner (a /ws connection: a session). An owner that goes away
- * first calls req_owner_gone: its requests are cancelled in the batchers and their remaining events
- * are dropped on arrival; each request is freed when its done event arrives.
+ * Owners. Requests belong to a req_owner (a /ws connection; over HTTP, each request). An owner that
+ * goes away first calls req_owner_gone: its requests are cancelled in the batchers and their
+ * remaining events are dropped on arrival; each request is freed when its done event arrives.
  *
  * Threads: everything here runs on the service thread except req_batcher_event and
  * req_batcher_step, the batchers' callbacks, which copy the event into a bridge item (bridge.h)
@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "api_table.h" /* req_api: the front ends */
 #include "batcher.h"
 #include "bridge.h"
 #include "codes.h"
@@ -29,11 +30,9 @@
 
 #define REQ_MAX_ID 64     /* bytes of a client's request id */
 #define REQ_MAX_CONV 64   /* characters of a conversation id */
+#define REQ_SESSION_HEX 17 /* bytes of a session id in hex (req_session_hex), with the NUL */
 #define REQ_PEER_BYTES 16 /* a client's address as the log's refusal budget keys it (reqlog.h) */
 
-/* The front end a request came through (the log's requests.api, /metrics' api label). */
-typedef enum { REQ_API_WS = 0, REQ_API_OPENAI, REQ_API_TRITON, REQ_N_APIS } req_api;
-const char *req_api_name(req_api a); /* "ws", "openai", "triton" */
 
 /* What a front end parsed: the parameters of one generation, defaults filled in. */
 typedef struct {
@@ -71,6 +70,7 @@ typedef struct {
 typedef struct srv_req srv_req;
 typedef struct req_owner req_owner;
 typedef struct reqlog reqlog; /* reqlog.h */
+struct ifl_runtime;           /* runtime.h */
 
 /* How a front end is told about its requests (service thread). `fe` is req_owner.fe. */
 typedef struct {
@@ -89,7 +89,7 @@ struct req_owner {
     const req_sink *sink;
     void *fe;                     /* the front end's connection */
     uint64_t session;             /* fairness and cancel-all in the batchers */
-    char session_hex[17];         /* as logged */
+    char session_hex[REQ_SESSION_HEX]; /* as logged (req_session_hex) */
     int32_t max_inflight;         /* requests in flight at most */
     uint8_t peer[REQ_PEER_BYTES]; /* the client's address (reqlog_peer_key): the budget of
                                      its refusals in the log; zero: unknown */
@@ -131,10 +131,12 @@ struct srv_req {
 };
 
 typedef struct {
-    ifl_batcher *b[2];        /* by policy; NULL until the engine is up */
-    const ifl_tokenizer *tok; /* set with the batchers */
-    int32_t n_ctx;
-    int stopping; /* refuse new requests with shutting_down */
+    ifl_batcher *b[IFL_N_POLICIES]; /* by policy (their one owner); NULL until the engine is up
+                                       and once stopped */
+    const struct ifl_runtime *rt; /* the engine: its tokenizer and the model's context
+                                     (rt->model.cfg), read once the batchers are up */
+    int stopping; /* the server's stop has begun: refuse new requests with shutting_down (its one
+                     flag: the rest of the server reads it here) */
     metrics *m;
     reqlog *log;
     bridge *bridge;
@@ -168,6 +170,9 @@ void req_handle_step(req_layer *L, const ifl_step_record *st);
 /* The batchers' callbacks (batcher threads): ud is the req_layer. */
 void req_batcher_event(void *ud, const ifl_event *ev);
 void req_batcher_step(void *ud, const ifl_step_record *rec);
+
+/* A session id as it is logged and sent (hello's "session"): 16 lowercase hex digits. */
+void req_session_hex(uint64_t session, char hex[REQ_SESSION_HEX]);
 
 /* A random 64-bit value (seeds, session ids). */
 uint64_t req_random_u64(req_layer *L);

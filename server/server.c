@@ -134,7 +134,7 @@ static int load_engine(server *s, int32_t step_tokens, ifl_err *err)
                            .vocab_dir = o->vocab_dir,
                            .model_opts = o->model_opts,
                            .threads = o->threads,
-                           .n_backends = 2,
+                           .n_backends = IFL_N_POLICIES,
                            .max_seqs = o->max_batch,
                            .max_tokens = step_tokens,
                            .kv_mem_mb = o->kv_mem_mb};
@@ -156,7 +156,7 @@ static uint64_t cache_salt(const server *s)
 static int start_batchers(server *s, int32_t step_tokens, ifl_err *err)
 {
     const ifl_server_opts *o = s->o;
-    for (int p = 0; p < 2; p++) {
+    for (int p = 0; p < IFL_N_POLICIES; p++) {
         ifl_batcher_params bpp = {.policy = (ifl_policy)p,
                                   .max_batch = o->max_batch,
                                   .max_queue = o->max_queue,
@@ -168,8 +168,8 @@ static int start_batchers(server *s, int32_t step_tokens, ifl_err *err)
                                   .on_event = req_batcher_event,
                                   .on_step = req_batcher_step,
                                   .ud = &s->rl};
-        s->b[p] = ifl_batcher_start(s->rt.be[p], &bpp, err);
-        if (!s->b[p])
+        s->rl.b[p] = ifl_batcher_start(s->rt.be[p], &bpp, err);
+        if (!s->rl.b[p])
             return -1;
     }
     return 0;
@@ -204,10 +204,6 @@ static void *loader_main(void *arg)
         snprintf(s->load_error, sizeof s->load_error, "%s", err.msg);
         atomic_store(&s->load_failed, 1);
     } else {
-        for (int p = 0; p < 2; p++)
-            s->rl.b[p] = s->b[p];
-        s->rl.tok = s->rt.tok;
-        s->rl.n_ctx = s->rt.model.cfg.n_ctx;
         s->lim.max_tokens = s->rt.model.cfg.n_ctx - 1;
         s->lim.n_vocab = s->rt.model.cfg.n_vocab;
         if (s->lim.def_max_tokens > s->lim.max_tokens)
@@ -262,10 +258,10 @@ static void sweep_tick(lws_sorted_usec_list_t *sul)
 static int32_t requests_in_flight(server *s)
 {
     int32_t n = 0;
-    for (int p = 0; p < 2; p++)
-        if (s->b[p]) {
+    for (int p = 0; p < IFL_N_POLICIES; p++)
+        if (s->rl.b[p]) {
             ifl_batcher_stats st;
-            ifl_batcher_get_stats(s->b[p], &st);
+            ifl_batcher_get_stats(s->rl.b[p], &st);
             n += st.running + st.waiting;
         }
     return n;
@@ -274,7 +270,6 @@ static int32_t requests_in_flight(server *s)
 /* A stop begins: no new connections or requests; those running may finish for --grace. */
 static void begin_stop(server *s)
 {
-    s->stopping = 1;
     s->rl.stopping = 1;
     s->stop_deadline_us = ifl_now_us() + (uint64_t)(s->o->grace_s * 1e6);
     if (!s->o->quiet) {
@@ -287,9 +282,8 @@ static void begin_stop(server *s)
 
 static void stop_batchers(server *s)
 {
-    for (int p = 0; p < 2; p++) {
-        ifl_batcher_stop(s->b[p]); /* what still runs or waits ends with done(cancelled) */
-        s->b[p] = NULL;
+    for (int p = 0; p < IFL_N_POLICIES; p++) {
+        ifl_batcher_stop(s->rl.b[p]); /* what still runs or waits ends with done(cancelled) */
         s->rl.b[p] = NULL;
     }
     srv_drain_bridge(s); /* frees the requests of the last done events */
@@ -538,19 +532,18 @@ static int service_loop(server *s)
     for (;;) {
         if (service_once(s) < 0)
             break;
-        if (atomic_load(&s->load_failed) && !s->stopping) {
+        if (atomic_load(&s->load_failed) && !s->rl.stopping) {
             fprintf(stderr, "inflight serve: %s\n", s->load_error);
-            s->stopping = 1;
             s->rl.stopping = 1;
             close_phase(s);
             rc = 1;
             break;
         }
-        if (g_signals && !s->stopping) {
+        if (g_signals && !s->rl.stopping) {
             begin_stop(s);
             rc = 0;
         }
-        if (s->stopping && !s->closing_sockets &&
+        if (s->rl.stopping && !s->closing_sockets &&
             (!requests_in_flight(s) || ifl_now_us() > s->stop_deadline_us))
             close_phase(s);
         if (s->closing_sockets &&
@@ -591,7 +584,8 @@ static server *server_new(const ifl_server_opts *o)
     s->log = (reqlog){.lines = o->log_requests && !o->quiet,
                       .t0_us = s->t0_us,
                       .epoch_ms_at_t0 = ifl_db_now_ms()};
-    s->rl = (req_layer){.m = &s->m, .log = &s->log, .bridge = &s->bridge, .rng_state = s->t0_us};
+    s->rl = (req_layer){.rt = &s->rt,
+                        .m = &s->m, .log = &s->log, .bridge = &s->bridge, .rng_state = s->t0_us};
     s->lim = (proto_limits){.max_tokens = 1,
                             .n_vocab = 1,
                             .def_max_tokens = o->default_max_tokens,

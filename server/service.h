@@ -98,8 +98,8 @@ typedef struct server {
     long long t0_unix; /* the start, in unix seconds (OpenAI's model "created") */
     /* written by the loader thread before `ready` is set */
     ifl_runtime rt; /* the device (resolved before the loader starts), model, tokenizer,
-                       thread pool and the two batchers' backends */
-    ifl_batcher *b[2];
+                       thread pool and the batchers' backends (one per policy); the batchers
+                       themselves are the request layer's (rl.b) */
     atomic_int ready, load_failed, load_done;
     char load_error[IFL_ERR_MAX];
     pthread_t loader;
@@ -121,7 +121,7 @@ typedef struct server {
     struct srv_sock *silent_head, *silent_tail; /* no request yet, oldest first */
     struct srv_sock **sock_by_fd;               /* the same, by descriptor (wire_recv.c) */
     int n_sock_by_fd;
-    int stopping;
+    /* the stop has begun: rl.stopping (the request layer refuses new requests by it) */
     uint64_t stop_deadline_us; /* grace period end */
     int closing_sockets;       /* stop: batchers stopped, sockets told 1001 */
     ifl_history *history;      /* NULL once stopped */
@@ -158,7 +158,8 @@ int srv_api_key_ok(const server *s, struct lws *wsi, int url_arg);
  * (origin.h): 0 if it may go on; 1 refused (403, /ws 1008); 2 a Host or Origin header over 255
  * bytes (431, /ws 1008: never read as absent); why filled (for a close reason: under 120 bytes). */
 int srv_refusal(const server *s, struct lws *wsi, int origin, char *why, size_t cap);
-int http_unauthorized(server *s, srv_conn *c, struct lws *wsi, int openai); /* the 401 answer */
+/* the 401 answer, in the front end's shape (OpenAI's, else Triton's {"error"}) */
+int http_unauthorized(server *s, srv_conn *c, struct lws *wsi, req_api front_end);
 /* http_v2.c: GET/HEAD of a path under /v2 (service thread) */
 int http_v2(server *s, srv_conn *c, struct lws *wsi, const char *path, int head_only);
 /* http_gen.c (service thread): POST of a generation path (Triton's .../generate[_stream],

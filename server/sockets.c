@@ -362,7 +362,7 @@ void sockets_sweep(server *s)
                 lws_set_timeout(k->wsi, PENDING_TIMEOUT_CLOSE_SEND, LWS_TO_KILL_ASYNC);
                 continue;
             }
-            if (s->stopping && wc->deadline_us && !wc->failed && !k->evicting && k->fd >= 0) {
+            if (s->rl.stopping && wc->deadline_us && !wc->failed && !k->evicting && k->fd >= 0) {
                 refuse_arriving(s, k);
                 continue;
             }

@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "api_table.h"
+
 typedef enum { PH_HEAD, PH_BODY, PH_FRAMES, PH_PASS, PH_FAILED } wire_phase;
 
 void wire_init(wire_state *w)
@@ -212,17 +214,11 @@ static wire_verdict target_byte(wire_state *w, uint8_t c)
     return WIRE_OK;
 }
 
-/* The API a target is under, from its first bytes (so far). */
+/* The front end a target is under, from its first bytes (so far; the prefixes are no longer). */
 static void classify_target(wire_state *w)
 {
-    const uint8_t *t = w->target4;
     unsigned n = w->target_seen < 4 ? w->target_seen : 4;
-    if (n >= 4 && !memcmp(t, "/v1/", 4))
-        w->api = WIRE_API_OPENAI;
-    else if (n >= 3 && !memcmp(t, "/v2", 3) && (n == 3 || t[3] == '/' || t[3] == '?'))
-        w->api = WIRE_API_TRITON;
-    else
-        w->api = WIRE_API_NONE;
+    w->api = (uint8_t)api_front_end_of((const char *)w->target4, n);
 }
 
 static wire_verdict request_line_byte(wire_state *w, uint8_t c)

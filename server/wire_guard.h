@@ -52,7 +52,8 @@ typedef struct {
     uint64_t content_length;
     uint64_t left;     /* body or frame payload bytes still to pass */
     uint32_t requests; /* whole HTTP requests scanned (head and body; not upgrades, not chunked) */
-    uint8_t api;       /* the last request line's target: WIRE_API_* (kept through its body) */
+    uint8_t api; /* the last request line's target's front end (req_api, api_front_end_of: the shape
+                    of an answer's error), kept through its body */
     uint8_t http10;    /* and its version was HTTP/1.0 */
     uint8_t head_req;  /* and its method HEAD (an answer without a body) */
     uint8_t target4[4];   /* the request target's first 4 bytes */
@@ -65,9 +66,6 @@ typedef struct {
 } wire_state;
 
 void wire_init(wire_state *w);
-
-/* Which API a request's target is under, for answers in its error shape. */
-enum { WIRE_API_NONE, WIRE_API_OPENAI /* /v1/ */, WIRE_API_TRITON /* /v2 */ };
 
 /* Scans the next n bytes; WIRE_OK, or the first violation (w->why says what and where), after
  * which the state is spent: later calls give the same verdict. */

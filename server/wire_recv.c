@@ -80,20 +80,11 @@ static const char *reason_phrase(int status)
 
 void wire_answer(int fd, const wire_state *w, ifl_code code, const char *why, int retry_after_s)
 {
-    int api = w->api;
     int status = ifl_code_get(code)->http_status;
     strbuf body;
     sb_init(&body, 0);
-    if (api == WIRE_API_OPENAI) {
-        openai_write_error(&body, status, code, NULL, why, 0);
-    } else if (api == WIRE_API_TRITON) {
-        http_req_info none = {.api = HTTP_API_TRITON};
-        triton_write_error(&body, &none, code, why, 0);
-    } else {
-        sb_puts(&body, "{\"error\":");
-        sb_json_str(&body, why, strlen(why));
-        sb_printf(&body, ",\"code\":\"%s\"}", ifl_code_name(code));
-    }
+    API_FRONT_ENDS[w->api < REQ_N_APIS ? w->api : REQ_API_WS].write_error(&body, status, code,
+                                                                          why);
     sb_puts(&body, "\n");
     char head[320];
     char retry[40] = "";

@@ -388,7 +388,7 @@ static int on_established(server *s, srv_conn *c, struct lws *wsi)
         refuse = "this server needs an API key: Authorization: Bearer KEY or /ws?api_key=KEY";
     } else if (bad_key) {
         refuse = "the user key must be 16 to 64 characters of A-Z a-z 0-9 _ -";
-    } else if (s->stopping) {
+    } else if (s->rl.stopping) {
         code = LWS_CLOSE_STATUS_GOINGAWAY;
         refuse = "server shutting down";
     } else if (!atomic_load(&s->ready)) {
