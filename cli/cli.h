@@ -1,6 +1,6 @@
-/* cli.h: the subcommands of the `inflight` binary and the helpers they share (option parsing with
- * clear messages, the engine start-up with its messages). Exit status: 0 success, 1 runtime
- * failure, 2 usage error. */
+/* cli.h: the subcommands of the `inflight` binary and the helpers they share (number parsing for
+ * the option tables of options.h, the engine start-up with its messages). Exit status: 0 success, 1
+ * runtime failure, 2 usage error. */
 #ifndef IFL_CLI_H
 #define IFL_CLI_H
 
@@ -10,6 +10,7 @@
 #include "backend.h"
 #include "defaults.h"
 #include "model.h"
+#include "options.h"
 #include "runtime.h"
 #include "tokenizer.h"
 
@@ -37,13 +38,6 @@ int cli_usage_error(const char *cmd, const char *msg);
  * max_bytes). */
 int cli_read_stdin(char **out, size_t *len, size_t max_bytes);
 
-/* --weights f32|f16|bf16 (or "auto": as stored). */
-int cli_weights(const char *cmd, const char *s, ifl_model_opts *o);
-
-/* --device auto|cpu|cuda. */
-int cli_device(const char *cmd, const char *s, ifl_device *out);
-/* --isa auto|avx512|avx2|scalar (cpu_isa.h); whether the CPU has it is checked at start-up. */
-int cli_isa(const char *cmd, const char *s, ifl_isa *out);
 /* The engine start-up of generate and bench (runtime.h): resolves --device and --isa and prints
  * "inflight CMD: device cpu|cuda (why)" and "inflight CMD: isa NAME (why; what the CPU has)" to
  * stderr, then loads what o asks for into rt. -1 after printing the error (e.g. --device cuda
@@ -63,6 +57,15 @@ const char *cli_default_vocab_dir(void);
 
 /* The benchmarks' default model: a random GPT-2-124M-shaped f32 checkpoint, made on first use. */
 #define CLI_BENCH_MODEL "models/bench-gpt2-124m-f32"
+/* The benchmarks' --model row (options.h): DIR, else CLI_BENCH_MODEL. */
+#define CLI_OPT_BENCH_MODEL(T, F)                                                                  \
+    {                                                                                              \
+        .name = "model", .type = CLI_STR, .arg = "DIR", .off = offsetof(T, F),                     \
+        .def_text = CLI_BENCH_MODEL ", a random GPT-2-124M-shaped f32 model made on first use",    \
+        .help = "the model"                                                                        \
+    }
 int cli_ensure_bench_model(const char *dir, ifl_err *err);
+/* *dir, or (NULL) CLI_BENCH_MODEL made if missing; -1 after saying why it could not be. */
+int cli_bench_model(const char **dir);
 
 #endif

@@ -1,4 +1,5 @@
-/* cli_util.c: option parsing and shared helpers of the subcommands (see cli.h). */
+/* cli_util.c: number parsing for the options (options.c) and shared helpers of the subcommands (see
+ * cli.h). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -55,8 +56,9 @@ int cli_usage_error(const char *cmd, const char *msg)
     return 2;
 }
 
-int cli_weights(const char *cmd, const char *s, ifl_model_opts *o)
+int cli_parse_weights(const char *cmd, const char *s, void *field)
 {
+    ifl_model_opts *o = field;
     if (!strcmp(s, "auto")) {
         o->convert = 0;
         return 0;
@@ -132,17 +134,9 @@ int cli_ensure_bench_model(const char *dir, ifl_err *err)
     return ifl_make_model(dir, &o, err);
 }
 
-int cli_device(const char *cmd, const char *s, ifl_device *out)
+int cli_parse_isa(const char *cmd, const char *s, void *field)
 {
-    if (ifl_device_parse(s, out)) {
-        fprintf(stderr, "inflight %s: --device must be auto, cpu or cuda, not '%s'\n", cmd, s);
-        return -1;
-    }
-    return 0;
-}
-
-int cli_isa(const char *cmd, const char *s, ifl_isa *out)
-{
+    ifl_isa *out = field;
     ifl_err err;
     if (ifl_isa_parse(s, out, &err)) {
         fprintf(stderr, "inflight %s: --isa: %s\n", cmd, err.msg);
@@ -184,4 +178,16 @@ int cli_runtime_open(const char *cmd, ifl_device want, ifl_isa isa, const ifl_ru
     if (cli_runtime_open_model(cmd, want, isa, o, rt))
         return -1;
     return cli_runtime_start_backends(cmd, o, rt);
+}
+
+int cli_bench_model(const char **dir)
+{
+    ifl_err err;
+    if (*dir)
+        return 0;
+    *dir = CLI_BENCH_MODEL;
+    if (cli_ensure_bench_model(*dir, &err) == 0)
+        return 0;
+    fprintf(stderr, "inflight bench: %s\n", err.msg);
+    return -1;
 }

@@ -1,7 +1,7 @@
 /* cmd_bench.c: `inflight bench --engine`: decode throughput at several batch sizes and prefill
  * throughput of the engine alone (no scheduler, no sockets), on a given model or on a random
  * GPT-2-124M-shaped one made (once) for the purpose. */
-#include <getopt.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,29 +18,12 @@
 #include "threadpool.h"
 #include "util.h"
 
-static const char *const HELP =
+static const char *const USAGE =
     "usage: inflight bench --engine [options]\n"
     "\n"
     "Measures the engine: decode tok/s with B sequences stepping together (each with an 8-token\n"
     "prompt), and the time of one long prefill. Greedy sampling is included in decode steps.\n"
-    "\n"
-    "  --engine           run the engine benchmark\n"
-    "  --model DIR        model to use (default: models/bench-gpt2-124m-f32, a random GPT-2-124M\n"
-    "                     shaped f32 model, created on first use)\n"
-    "  --weights T        hold weights as f32 | f16 | bf16 | auto (default auto: as stored)\n"
-    "  --threads N        CPU threads (default: one per core)\n"
-    "  --batches LIST     comma-separated batch sizes (default 1,8,64)\n"
-    "  --steps N          timed decode steps per batch size (default 32; 64 at batch 1)\n"
-    "  --prefill N        prompt length of the prefill measurement (default 512, 0 = skip)\n"
-    "  --repeat N         rounds of every measurement, the median is reported (default 3); on\n"
-    "                     the CPU the bandwidth and FMA probes run between slices of each decode\n"
-    "                     round (8 a round), the steps of a slice set against the probes just\n"
-    "                     before them; each prefill round runs right after its own probes\n"
-    "  --device D         auto | cpu | cuda (default auto: the GPU when there is one)\n"
-    "  --isa I            CPU kernels: auto | avx512 | avx2 | scalar (default auto: $INFLIGHT_ISA\n"
-    "                     when set, else the best this CPU has; one it lacks is an error)\n"
-    "  --sgemm-above N    use OpenBLAS sgemm for products of more than N rows (for comparing\n"
-    "                     with the default: the kernel family's own products at every size)\n";
+    "\n";
 
 #define BENCH_PROMPT 8
 
@@ -80,65 +63,103 @@ static void slice_probe(slice_probes *sp)
 
 /* Decode benchmark at batch B; returns seconds per step (the probes' time left out). sp: NULL, or
  * the probes to run between slices of the timed steps. */
-static int bench_decode(ifl_backend *be, int32_t B, int32_t steps, slice_probes *sp,
-                        double *sec_per_step, ifl_err *err)
+/* The buffers of a decode measurement: B sequences of KV, their token ids and the step's batch. */
+typedef struct {
+    int32_t B;
+    ifl_kv_pool pool;
+    ifl_kv_seq *seqs;
+    int32_t *tokens, *run_start, *pos0, *nblk, *next;
+    const int32_t **tables;
+    float *logits;
+    ifl_sample_req *greedy;
+    ifl_sampler sampler;
+} decode_run;
+
+static void decode_run_free(decode_run *r)
+{
+    if (r->seqs)
+        for (int32_t s = 0; s < r->B; s++)
+            ifl_kv_seq_free(&r->seqs[s], &r->pool);
+    ifl_kv_pool_free(&r->pool);
+    free(r->seqs);
+    free(r->tokens);
+    free(r->run_start);
+    free(r->pos0);
+    free(r->nblk);
+    free(r->tables);
+    free(r->logits);
+    free(r->next);
+    free(r->greedy);
+    ifl_sampler_free(&r->sampler);
+}
+
+/* B sequences with room for total tokens each, their random prompts and greedy sampling; -1 with
+ * err (r then freed by the caller). */
+static int decode_run_init(decode_run *r, ifl_backend *be, int32_t B, int32_t total, ifl_err *err)
 {
     const ifl_config *c = &be->model->cfg;
-    int rc = -1;
-    ifl_kv_pool pool = {0};
-    ifl_kv_seq *seqs = calloc((size_t)B, sizeof *seqs);
-    int32_t *tokens = malloc((size_t)B * BENCH_PROMPT * sizeof *tokens);
-    int32_t *run_start = malloc((size_t)(B + 1) * sizeof *run_start);
-    int32_t *pos0 = malloc((size_t)B * sizeof *pos0);
-    int32_t *nblk = malloc((size_t)B * sizeof *nblk);
-    const int32_t **tables = malloc((size_t)B * sizeof *tables);
-    float *logits = malloc((size_t)B * c->n_vocab * sizeof *logits);
-    int32_t *next = malloc((size_t)B * sizeof *next);
-    ifl_sample_req *greedy = calloc((size_t)B, sizeof *greedy);
-    ifl_sampler sampler = {0};
-    if (!seqs || !tokens || !run_start || !pos0 || !nblk || !tables || !logits || !next ||
-        !greedy) {
-        ifl_err_set(err, "out of memory");
-        goto out;
-    }
+    r->B = B;
+    r->seqs = calloc((size_t)B, sizeof *r->seqs);
+    r->tokens = malloc((size_t)B * BENCH_PROMPT * sizeof *r->tokens);
+    r->run_start = malloc((size_t)(B + 1) * sizeof *r->run_start);
+    r->pos0 = malloc((size_t)B * sizeof *r->pos0);
+    r->nblk = malloc((size_t)B * sizeof *r->nblk);
+    r->tables = malloc((size_t)B * sizeof *r->tables);
+    r->logits = malloc((size_t)B * c->n_vocab * sizeof *r->logits);
+    r->next = malloc((size_t)B * sizeof *r->next);
+    r->greedy = calloc((size_t)B, sizeof *r->greedy);
+    if (!r->seqs || !r->tokens || !r->run_start || !r->pos0 || !r->nblk || !r->tables ||
+        !r->logits || !r->next || !r->greedy)
+        return ifl_err_set(err, "out of memory");
     for (int32_t s = 0; s < B; s++)
-        greedy[s] = (ifl_sample_req){.sampling = {.temperature = 0, .top_p = 1}, .active = 1};
-    if (ifl_kv_pool_init(&pool, be->params.kv_blocks, be->params.kv_block_size, err) ||
-        ifl_sampler_init(&sampler, c->n_vocab, err))
-        goto out;
-    int32_t warm = 2, total = BENCH_PROMPT + warm + steps + 1;
+        r->greedy[s] = (ifl_sample_req){.sampling = {.temperature = 0, .top_p = 1}, .active = 1};
+    if (ifl_kv_pool_init(&r->pool, be->params.kv_blocks, be->params.kv_block_size, err) ||
+        ifl_sampler_init(&r->sampler, c->n_vocab, err))
+        return -1;
     ifl_rng rng;
     ifl_rng_seed(&rng, 42);
     for (int32_t s = 0; s < B; s++) {
-        if (ifl_kv_seq_reserve(&seqs[s], &pool, total)) {
-            ifl_err_set(err, "KV pool too small for batch %d", B);
-            goto out;
-        }
-        tables[s] = seqs[s].blocks;
-        nblk[s] = seqs[s].n_blocks;
+        if (ifl_kv_seq_reserve(&r->seqs[s], &r->pool, total))
+            return ifl_err_set(err, "KV pool too small for batch %d", B);
+        r->tables[s] = r->seqs[s].blocks;
+        r->nblk[s] = r->seqs[s].n_blocks;
         for (int32_t i = 0; i < BENCH_PROMPT; i++)
-            tokens[s * BENCH_PROMPT + i] = (int32_t)(ifl_rng_next(&rng) % (uint64_t)c->n_vocab);
+            r->tokens[s * BENCH_PROMPT + i] = (int32_t)(ifl_rng_next(&rng) % (uint64_t)c->n_vocab);
     }
+    return 0;
+}
+
+/* One step over n sequences from s0, each with `each` tokens at position pos (r->tokens + s0 *
+ * each); the sampled ids into r->next + s0. */
+static int decode_run_step(ifl_backend *be, decode_run *r, int32_t s0, int32_t n, int32_t each,
+                           int32_t pos, ifl_err *err)
+{
+    for (int32_t i = 0; i <= n; i++)
+        r->run_start[i] = i * each;
+    for (int32_t i = 0; i < n; i++)
+        r->pos0[i] = pos;
+    ifl_batch b = {.n_seqs = n,
+                   .n_tokens = n * each,
+                   .tokens = r->tokens + s0 * each,
+                   .run_start = r->run_start,
+                   .pos0 = r->pos0,
+                   .block_tables = r->tables + s0,
+                   .n_blocks = r->nblk + s0};
+    return ifl_backend_step_sample(be, &b, r->greedy, r->next + s0, r->logits, &r->sampler, err);
+}
+
+static int bench_decode(ifl_backend *be, int32_t B, int32_t steps, slice_probes *sp,
+                        double *sec_per_step, ifl_err *err)
+{
+    int32_t warm = 2;
+    decode_run r = {0};
+    int rc = -1;
+    if (decode_run_init(&r, be, B, BENCH_PROMPT + warm + steps + 1, err))
+        goto out;
     /* prefill, as many sequences per step as the token budget allows */
-    for (int32_t s0 = 0; s0 < B;) {
-        int32_t per = be->params.max_tokens / BENCH_PROMPT;
-        int32_t n = B - s0 < per ? B - s0 : per;
-        for (int32_t i = 0; i <= n; i++)
-            run_start[i] = i * BENCH_PROMPT;
-        for (int32_t i = 0; i < n; i++)
-            pos0[i] = 0;
-        ifl_batch b = {.n_seqs = n,
-                       .n_tokens = n * BENCH_PROMPT,
-                       .tokens = tokens + s0 * BENCH_PROMPT,
-                       .run_start = run_start,
-                       .pos0 = pos0,
-                       .block_tables = tables + s0,
-                       .n_blocks = nblk + s0};
-        if (ifl_backend_step_sample(be, &b, greedy, next + s0, logits, &sampler, err))
+    for (int32_t s0 = 0, per = be->params.max_tokens / BENCH_PROMPT; s0 < B; s0 += per)
+        if (decode_run_step(be, &r, s0, B - s0 < per ? B - s0 : per, BENCH_PROMPT, 0, err))
             goto out;
-        s0 += n;
-    }
-    int32_t pos = BENCH_PROMPT;
     double t0 = 0, timed = 0;
     for (int32_t it = 0; it < warm + steps; it++) {
         if (sp && it >= warm && (it - warm) % sp->every == 0) {
@@ -148,22 +169,9 @@ static int bench_decode(ifl_backend *be, int32_t B, int32_t steps, slice_probes 
             t0 = ifl_now_s();
         } else if (it == warm)
             t0 = ifl_now_s();
-        for (int32_t s = 0; s < B; s++) {
-            tokens[s] = next[s];
-            run_start[s] = s;
-            pos0[s] = pos;
-        }
-        run_start[B] = B;
-        ifl_batch b = {.n_seqs = B,
-                       .n_tokens = B,
-                       .tokens = tokens,
-                       .run_start = run_start,
-                       .pos0 = pos0,
-                       .block_tables = tables,
-                       .n_blocks = nblk};
-        if (ifl_backend_step_sample(be, &b, greedy, next, logits, &sampler, err))
+        memcpy(r.tokens, r.next, (size_t)B * sizeof *r.tokens);
+        if (decode_run_step(be, &r, 0, B, 1, BENCH_PROMPT + it, err))
             goto out;
-        pos++;
         if (sp && it >= warm) {
             sp->floor_s += sp->gbs > 0 ? sp->step_bytes / (sp->gbs * 1e9) : 0;
             sp->peak_s += sp->peak > 0 ? sp->step_flops / (sp->peak * 1e9) : 0;
@@ -172,20 +180,7 @@ static int bench_decode(ifl_backend *be, int32_t B, int32_t steps, slice_probes 
     *sec_per_step = (timed + ifl_now_s() - t0) / steps;
     rc = 0;
 out:
-    if (seqs)
-        for (int32_t s = 0; s < B; s++)
-            ifl_kv_seq_free(&seqs[s], &pool);
-    ifl_kv_pool_free(&pool);
-    free(seqs);
-    free(tokens);
-    free(run_start);
-    free(pos0);
-    free(nblk);
-    free(tables);
-    free(logits);
-    free(next);
-    free(greedy);
-    ifl_sampler_free(&sampler);
+    decode_run_free(&r);
     return rc;
 }
 
@@ -469,8 +464,9 @@ typedef struct {
 } engine_opts;
 
 /* --batches LIST into o; -1 after printing the error. */
-static int parse_batches(const char *cmd, const char *arg, engine_opts *o)
+static int parse_batches(const char *cmd, const char *arg, void *field)
 {
+    engine_opts *o = field;
     o->n_batches = 0;
     char *list = strdup(arg), *save = NULL;
     if (!list)
@@ -490,74 +486,55 @@ static int parse_batches(const char *cmd, const char *arg, engine_opts *o)
     return rc;
 }
 
-/* -1: go on; else the exit status (help: 0, a usage error: 2). */
-static int parse_engine_opts(int argc, char **argv, engine_opts *o)
-{
-    static const struct option opts[] = {
-        {"engine", no_argument, 0, 'e'},
-        {"model", required_argument, 0, 'm'},
-        {"weights", required_argument, 0, 'w'},
-        {"threads", required_argument, 0, 'T'},
-        {"batches", required_argument, 0, 'b'},
-        {"steps", required_argument, 0, 's'},
-        {"prefill", required_argument, 0, 'p'},
-        {"repeat", required_argument, 0, 'r'},
-        {"sgemm-above", required_argument, 0, 'g'},
-        {"device", required_argument, 0, 'D'},
-        {"isa", required_argument, 0, 'I'},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
-    };
-    const char *cmd = "bench";
-    optind = 1;
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
-        int bad = 0;
-        switch (c) {
-        case 'e': break; /* cmd_bench dispatched here because of it */
-        case 'D': bad = cli_device(cmd, optarg, &o->want); break;
-        case 'I': bad = cli_isa(cmd, optarg, &o->isa); break;
-        case 'm': o->dir = optarg; break;
-        case 'w': bad = cli_weights(cmd, optarg, &o->mo); break;
-        case 'T': bad = cli_i32(cmd, "--threads", optarg, 1, 1024, &o->threads); break;
-        case 's': bad = cli_i32(cmd, "--steps", optarg, 1, 100000, &o->steps); break;
-        case 'p': bad = cli_i32(cmd, "--prefill", optarg, 0, 1 << 20, &o->prefill); break;
-        case 'r': bad = cli_i32(cmd, "--repeat", optarg, 1, 1000, &o->repeat); break;
-        case 'g': bad = cli_i32(cmd, "--sgemm-above", optarg, 1, 1 << 30, &o->sgemm_above); break;
-        case 'b': bad = parse_batches(cmd, optarg, o); break;
-        case 'h': fputs(HELP, stdout); return 0;
-        case ':': return cli_usage_error(cmd, "an option is missing its value");
-        default: return cli_usage_error(cmd, "unknown option");
-        }
-        if (bad)
-            return 2;
-    }
-    if (optind < argc)
-        return cli_usage_error(cmd, "unexpected argument");
-    return -1;
-}
+#define ROW(NAME, ARG, LO, HI, F, HELP) CLI_ROW(NAME, 0, CLI_I32, ARG, LO, HI, engine_opts, F, HELP)
+static const cli_opt ENGINE_OPTS[] = {
+    {.name = "engine", .type = CLI_MODE, .help = "run the engine benchmark"},
+    CLI_OPT_BENCH_MODEL(engine_opts, dir),
+    CLI_OPT_WEIGHTS(engine_opts, mo),
+    CLI_OPT_THREADS(engine_opts, threads),
+    {.name = "batches",
+     .type = CLI_CUSTOM,
+     .arg = "LIST",
+     .def = "1,8,64",
+     .parse = parse_batches,
+     .help = "comma-separated batch sizes"},
+    {.name = "steps",
+     .type = CLI_I32,
+     .arg = "N",
+     .lo = 1,
+     .hi = 100000,
+     .def_text = "32; 64 at batch 1",
+     .off = offsetof(engine_opts, steps),
+     .help = "timed decode steps per batch size"},
+    ROW("prefill", "N", 0, 1 << 20, prefill, "prompt length of the prefill measurement (0 = skip)"),
+    ROW("repeat", "N", 1, 1000, repeat,
+        "rounds of every measurement, the median is reported; on the CPU the bandwidth and FMA "
+        "probes run between slices of each decode round (8 a round), the steps of a slice set "
+        "against the probes just before them; each prefill round runs right after its own probes"),
+    CLI_OPT_DEVICE(engine_opts, want, CLI_INDEX),
+    CLI_OPT_ISA(engine_opts, isa),
+    {.name = "sgemm-above",
+     .type = CLI_I32,
+     .arg = "N",
+     .lo = 1,
+     .hi = 1 << 30,
+     .def_text = "the kernel family's own products at every size",
+     .off = offsetof(engine_opts, sgemm_above),
+     .help =
+         "use OpenBLAS sgemm for products of more than N rows (for comparing with the default)"},
+};
+#undef ROW
 
 static int bench_engine(int argc, char **argv)
 {
-    engine_opts o = {.prefill = 512,
-                     .repeat = 3,
-                     .batches = {1, 8, 64},
-                     .n_batches = 3,
-                     .want = IFL_DEVICE_AUTO,
-                     .isa = IFL_ISA_AUTO};
-    int st = parse_engine_opts(argc, argv, &o);
+    static const cli_spec spec = CLI_SPEC("bench", USAGE, ENGINE_OPTS, NULL, NULL);
+    engine_opts o = {.prefill = 512, .repeat = 3, .want = IFL_DEVICE_AUTO, .isa = IFL_ISA_AUTO};
+    int st = cli_parse(&spec, argc, argv, 1, &o, sizeof o);
     if (st >= 0)
         return st;
     const char *cmd = "bench";
-    ifl_err err;
-    if (!o.dir) {
-        o.dir = CLI_BENCH_MODEL;
-        if (cli_ensure_bench_model(o.dir, &err)) {
-            fprintf(stderr, "inflight bench: %s\n", err.msg);
-            return 1;
-        }
-    }
+    if (cli_bench_model(&o.dir))
+        return 1;
     int32_t max_b = 1;
     for (int i = 0; i < o.n_batches; i++)
         max_b = o.batches[i] > max_b ? o.batches[i] : max_b;

@@ -3,7 +3,7 @@
  * requests + one offsets blob in request_tokens per request), their sessions, and a step sample per
  * request, enqueued as fast as the caller can, the way the service thread does. Prints records/s
  * and token timings/s, and the time to enqueue one record (what serving pays). */
-#include <getopt.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,84 +15,47 @@
 #include "dblog.h"
 #include "util.h"
 
-static const char *const HELP =
+static const char *const USAGE =
     "usage: inflight bench --db-writer [--requests N] [--tokens T] [--db PATH] [--flush-ms N]\n"
     "\n"
-    "Measures the request log's writer on a scratch SQLite file (default: a temporary file,\n"
-    "removed after): N requests (default 20000) with T token timings each (default 32), one\n"
-    "session per 4 requests and one step sample per request.\n";
+    "Measures the request log's writer on a scratch SQLite file: N requests with T token timings\n"
+    "each, one session per 4 requests and one step sample per request.\n"
+    "\n";
 
-int cmd_bench_db(int argc, char **argv)
+typedef struct {
+    const char *path;
+    int32_t n, t, flush_ms;
+} db_bench_opts;
+
+#define ROW(NAME, ARG, LO, HI, F, DEF, HELP)                                                       \
+    {                                                                                              \
+        .name = NAME, .type = CLI_I32, .arg = ARG, .lo = LO, .hi = HI, .def = DEF,                 \
+        .off = offsetof(db_bench_opts, F), .help = HELP                                            \
+    }
+static const cli_opt OPTS[] = {
+    {.name = "db-writer", .type = CLI_MODE, .help = "run this benchmark"},
+    ROW("requests", "N", 1, 10000000, n, "20000", "requests to log"),
+    ROW("tokens", "T", 0, 100000, t, "32", "token timings per request"),
+    {.name = "db",
+     .type = CLI_STR,
+     .arg = "PATH",
+     .off = offsetof(db_bench_opts, path),
+     .def_text = "a temporary file, removed after",
+     .help = "the scratch SQLite file"},
+    ROW("flush-ms", "N", 1, 60000, flush_ms, "200", "the writer commits every N ms"),
+};
+#undef ROW
+
+/* Enqueues n requests of t token timings (offsets off), their sessions and a step sample each,
+ * as fast as it can; the seconds spent enqueueing. Counts the records refused in *dropped. */
+static double enqueue_all(ifl_dblog *d, int32_t n, int32_t t, const uint32_t *off, int32_t *dropped)
 {
-    static const struct option opts[] = {
-        {"db-writer", no_argument, 0, 'W'},
-        {"requests", required_argument, 0, 'n'},
-        {"tokens", required_argument, 0, 't'},
-        {"db", required_argument, 0, 'd'},
-        {"flush-ms", required_argument, 0, 'f'},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
-    };
-    const char *cmd = "bench", *path = NULL;
-    int32_t n = 20000, t = 32, flush_ms = 200;
-    optind = 1;
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
-        switch (c) {
-        case 'W': break;
-        case 'n':
-            if (cli_i32(cmd, "--requests", optarg, 1, 10000000, &n))
-                return 2;
-            break;
-        case 't':
-            if (cli_i32(cmd, "--tokens", optarg, 0, 100000, &t))
-                return 2;
-            break;
-        case 'd': path = optarg; break;
-        case 'f':
-            if (cli_i32(cmd, "--flush-ms", optarg, 1, 60000, &flush_ms))
-                return 2;
-            break;
-        case 'h': fputs(HELP, stdout); return 0;
-        case ':': return cli_usage_error(cmd, "an option is missing its value");
-        default: return cli_usage_error(cmd, "unknown option");
-        }
-    }
-    char tmp[] = "/tmp/inflight-bench-db-XXXXXX";
-    char file[64];
-    int own = !path;
-    if (own) {
-        if (!mkdtemp(tmp)) {
-            perror("inflight bench: mkdtemp");
-            return 1;
-        }
-        snprintf(file, sizeof file, "%s/log.db", tmp);
-        path = file;
-    }
-    ifl_dblog_opts o = {.path = path, .flush_ms = flush_ms, .queue_cap = n * 3 + 16};
-    int fatal = 0, rc = 1;
-    ifl_err err;
-    ifl_dblog *d = ifl_dblog_start(&o, &fatal, &err);
-    if (!d) {
-        fprintf(stderr, "inflight bench: %s\n", err.msg);
-        return 1;
-    }
-    uint32_t *off = malloc((size_t)(t > 0 ? t : 1) * sizeof *off);
     char prompt[] = "Hello, how are you? This is a benchmark prompt of a typical length.";
     char completion[256];
     memset(completion, 'x', sizeof completion - 1);
     completion[sizeof completion - 1] = 0;
-    if (!off)
-        goto out;
-    for (int32_t i = 0; i < t; i++)
-        off[i] = 20000u + (uint32_t)i * 15000u;
-    printf("inflight bench --db-writer: %s, %d requests x %d token timings, flush every %d ms\n",
-           path, n, t, flush_ms);
-    fflush(stdout);
-    double t0 = ifl_now_s(), enqueue_s = 0;
+    double enqueue_s = 0;
     double now_ms = ifl_db_now_ms();
-    int32_t dropped = 0;
     char session[17];
     for (int32_t i = 0; i < n; i++) {
         double e0 = ifl_now_s();
@@ -127,16 +90,54 @@ int cmd_bench_db(int argc, char **argv)
                                .tokens_per_s = 66,
                                .offsets_us = off,
                                .n_offsets = t};
-        dropped += ifl_dblog_request_done(d, &q) != 0;
+        *dropped += ifl_dblog_request_done(d, &q) != 0;
         ifl_dblog_step st = {.at_ms = now_ms + i,
                              .policy = "iterative",
                              .step = (uint64_t)i,
                              .batch_size = 8,
                              .decode_tokens = 8,
                              .step_ms = 12};
-        dropped += ifl_dblog_step_sample(d, &st) != 0;
+        *dropped += ifl_dblog_step_sample(d, &st) != 0;
         enqueue_s += ifl_now_s() - e0;
     }
+    return enqueue_s;
+}
+
+/* The scratch database's file, its -wal and -shm, and its directory. */
+static void remove_scratch(const char *dir, const char *file)
+{
+    char p2[96];
+    static const char *const sfx[] = {"", "-wal", "-shm"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(p2, sizeof p2, "%s%s", file, sfx[i]);
+        unlink(p2);
+    }
+    rmdir(dir);
+}
+
+/* Logs o->n requests through a writer on path and prints how fast it committed; 0 or 1. */
+static int bench_writer(const char *path, const db_bench_opts *opts)
+{
+    int32_t n = opts->n, t = opts->t;
+    ifl_dblog_opts o = {.path = path, .flush_ms = opts->flush_ms, .queue_cap = n * 3 + 16};
+    int fatal = 0, rc = 1;
+    ifl_err err;
+    ifl_dblog *d = ifl_dblog_start(&o, &fatal, &err);
+    if (!d) {
+        fprintf(stderr, "inflight bench: %s\n", err.msg);
+        return 1;
+    }
+    uint32_t *off = malloc((size_t)(t > 0 ? t : 1) * sizeof *off);
+    if (!off)
+        goto out;
+    for (int32_t i = 0; i < t; i++)
+        off[i] = 20000u + (uint32_t)i * 15000u;
+    printf("inflight bench --db-writer: %s, %d requests x %d token timings, flush every %d ms\n",
+           path, n, t, opts->flush_ms);
+    fflush(stdout);
+    double t0 = ifl_now_s();
+    int32_t dropped = 0;
+    double enqueue_s = enqueue_all(d, n, t, off, &dropped);
     ifl_dblog_stats s;
     for (;;) {
         ifl_dblog_get_stats(d, &s);
@@ -163,14 +164,26 @@ int cmd_bench_db(int argc, char **argv)
 out:
     ifl_dblog_stop(d, 10000);
     free(off);
-    if (own) {
-        char p2[96];
-        static const char *const sfx[] = {"", "-wal", "-shm"};
-        for (int i = 0; i < 3; i++) {
-            snprintf(p2, sizeof p2, "%s%s", file, sfx[i]);
-            unlink(p2);
-        }
-        rmdir(tmp);
+    return rc;
+}
+
+int cmd_bench_db(int argc, char **argv)
+{
+    static const cli_spec spec = CLI_SPEC("bench", USAGE, OPTS, NULL, NULL);
+    db_bench_opts opts = {0};
+    int st = cli_parse(&spec, argc, argv, 1, &opts, sizeof opts);
+    if (st >= 0)
+        return st;
+    if (opts.path)
+        return bench_writer(opts.path, &opts);
+    char tmp[] = "/tmp/inflight-bench-db-XXXXXX";
+    char file[64];
+    if (!mkdtemp(tmp)) {
+        perror("inflight bench: mkdtemp");
+        return 1;
     }
+    snprintf(file, sizeof file, "%s/log.db", tmp);
+    int rc = bench_writer(file, &opts);
+    remove_scratch(tmp, file);
     return rc;
 }

@@ -6,7 +6,7 @@
  * inter-token latency (p50/p90/p99) and mean time to last response, per policy. With
  * --long-prompt N, then a long prompt joining running decoders: its steps' times from the step
  * records against the decode-only steps (the timing test_batcher does not assert). */
-#include <getopt.h>
+#include <stddef.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -22,49 +22,21 @@
 #include "runtime.h"
 #include "util.h"
 
-/* The defaults are spliced into the text (IFL_STR), which clang-format would scatter. */
-/* clang-format off */
-static const char *const HELP =
+static const char *const USAGE =
     "usage: inflight bench [options]          (the scheduler profile)\n"
     "       inflight bench --engine [options] (the engine alone: see inflight bench --engine "
     "--help)\n"
     "       inflight bench --turns[=T] [options] (multi-turn conversations, the prefix cache on\n"
     "                                           and off: see inflight bench --turns --help)\n"
+    "       inflight bench --db-writer [options] (the request log's writer: see inflight bench\n"
+    "                                           --db-writer --help)\n"
     "\n"
     "Runs the seed's profiler in-process against the batcher: rounds of N concurrent requests\n"
     "submitted --interval-ms apart, each round waiting for its requests to finish (closed loop), "
     "or\n"
     "with --rate, Poisson arrivals (open loop). Prints response throughput, time to first token,\n"
     "inter-token latency (p50/p90/p99) and mean time to last response.\n"
-    "\n"
-    "  --policy P         iterative | static | both (default both: the same weights, one after\n"
-    "                     the other, and their ratio)\n"
-    "  --model DIR        model (default: models/bench-gpt2-124m-f32, made on first use)\n"
-    "  --weights T        f32 | f16 | bf16 | auto (default auto)\n"
-    "  --concurrency N    requests per round (default 10)\n"
-    "  --rounds N         rounds (default 1)\n"
-    "  --interval-ms X    between submissions in a round (default 50)\n"
-    "  --rate R           open loop: R requests per second, Poisson arrivals\n"
-    "  --requests N       open loop: how many (default 50)\n"
-    "  --prompt TEXT      (default \"Hello, how are you?\")\n"
-    "  --max-tokens N     per request (default 32)\n"
-    "  --no-ignore-eos    stop at <|endoftext|> (default: ignore it, as the seed's profile does)\n"
-    "  --temperature X    (default 0: greedy)\n"
-    "  --max-batch N      (default " IFL_STR(IFL_DEFAULT_MAX_BATCH) ")\n"
-    "  --step-tokens N    token budget per step (default " IFL_STR(IFL_DEFAULT_STEP_TOKENS) ")\n"
-    "  --threads N        CPU threads (default: one per core)\n"
-    "  --device D         auto | cpu | cuda (default auto: the GPU when there is one)\n"
-    "  --isa I            CPU kernels: auto | avx512 | avx2 | scalar (default auto: $INFLIGHT_ISA\n"
-    "                     when set, else the best this CPU has; one it lacks is an error)\n"
-    "  --seed N           seed of the open-loop arrivals and of sampling (default 1)\n"
-    "  --long-prompt N    after the iterative profile: min(concurrency, max-batch - 1) requests\n"
-    "                     of the prompt decode; once each has 8 tokens an N-token prompt joins\n"
-    "                     them (max_tokens 1). From the batcher's step records it prints the\n"
-    "                     slowest step that carried a chunk of it, the median decode-only step\n"
-    "                     of the same requests, and their ratio (default 0: off; the static\n"
-    "                     policy never admits into a running batch, so it is not measured)\n"
-    "  --prefix-cache M   on | off (default on): reuse the KV of prompts' full blocks\n";
-/* clang-format on */
+    "\n";
 
 typedef struct {
     uint64_t t_submit, t_first, t_done, t_last_token;
@@ -188,6 +160,34 @@ typedef struct {
     int no_prefix_cache; /* --prefix-cache off */
 } bench_cfg;
 
+/* Submits request k of the profile; 1 if the batcher refused it (then counted as done). */
+static int submit_profile_request(ifl_batcher *b, bench_state *bs, const bench_cfg *cfg, int32_t k)
+{
+    req_stat *r = &bs->r[k];
+    ifl_request_params rp = {.session = (uint64_t)k + 1,
+                             .prompt = cfg->prompt->ids,
+                             .n_prompt = (int32_t)cfg->prompt->n,
+                             .max_tokens = cfg->max_tokens,
+                             .sampling = {.temperature = cfg->temperature, .top_k = 0, .top_p = 1},
+                             .seed = cfg->seed + (uint64_t)k,
+                             .ignore_eos = cfg->ignore_eos,
+                             .user = r};
+    r->t_submit = ifl_now_us();
+    uint64_t id;
+    ifl_err err;
+    ifl_submit_status st = ifl_batcher_submit(b, &rp, &id, NULL, &err);
+    if (st == IFL_SUBMIT_OK)
+        return 0;
+    fprintf(stderr, "inflight bench: request %d refused (%s): %s\n", k, ifl_submit_status_name(st),
+            err.msg);
+    pthread_mutex_lock(&bs->lock);
+    r->done = 1;
+    r->finish = -1;
+    bs->n_done++;
+    pthread_mutex_unlock(&bs->lock);
+    return 1;
+}
+
 static int run_profile(ifl_batcher *b, bench_state *bs, const bench_cfg *cfg, bench_result *res)
 {
     int32_t total = cfg->rate > 0 ? cfg->n_open : cfg->concurrency * cfg->rounds;
@@ -204,30 +204,7 @@ static int run_profile(ifl_batcher *b, bench_state *bs, const bench_cfg *cfg, be
         int32_t in_round = cfg->rate > 0 ? total : cfg->concurrency;
         for (int32_t i = 0; i < in_round; i++) {
             sleep_until_us(next);
-            req_stat *r = &bs->r[submitted];
-            ifl_request_params rp = {
-                .session = (uint64_t)submitted + 1,
-                .prompt = cfg->prompt->ids,
-                .n_prompt = (int32_t)cfg->prompt->n,
-                .max_tokens = cfg->max_tokens,
-                .sampling = {.temperature = cfg->temperature, .top_k = 0, .top_p = 1},
-                .seed = cfg->seed + (uint64_t)submitted,
-                .ignore_eos = cfg->ignore_eos,
-                .user = r};
-            r->t_submit = ifl_now_us();
-            uint64_t id;
-            ifl_err err;
-            ifl_submit_status st = ifl_batcher_submit(b, &rp, &id, NULL, &err);
-            if (st != IFL_SUBMIT_OK) {
-                fprintf(stderr, "inflight bench: request %d refused (%s): %s\n", submitted,
-                        ifl_submit_status_name(st), err.msg);
-                pthread_mutex_lock(&bs->lock);
-                r->done = 1;
-                r->finish = -1;
-                bs->n_done++;
-                pthread_mutex_unlock(&bs->lock);
-                failed++;
-            }
+            failed += submit_profile_request(b, bs, cfg, submitted);
             submitted++;
             if (cfg->rate > 0) /* exponential gaps: Poisson arrivals */
                 next += (uint64_t)(-log(1.0 - ifl_rng_uniform(&arrivals)) / cfg->rate * 1e6);
@@ -419,77 +396,73 @@ typedef struct {
     ifl_isa isa;
 } bench_opts;
 
+#define ROW(NAME, TYPE, ARG, LO, HI, F, DEF, HELP)                                                 \
+    {                                                                                              \
+        .name = NAME, .type = TYPE, .arg = ARG, .lo = LO, .hi = HI, .def = DEF,                    \
+        .off = offsetof(bench_opts, F), .help = HELP                                               \
+    }
+static const cli_opt OPTS[] = {
+    {.name = "policy",
+     .type = CLI_WORD,
+     .words = "iterative|static|both",
+     .def = "both",
+     .off = offsetof(bench_opts, policy),
+     .help = "both: the same weights, one after the other, and their ratio"},
+    CLI_OPT_BENCH_MODEL(bench_opts, dir),
+    CLI_OPT_WEIGHTS(bench_opts, mo),
+    ROW("concurrency", CLI_I32, "N", 1, 100000, cfg.concurrency, "10", "requests per round"),
+    ROW("rounds", CLI_I32, "N", 1, 100000, cfg.rounds, "1", "rounds"),
+    ROW("interval-ms", CLI_F64, "X", 0, 3.6e6, cfg.interval_ms, "50",
+        "between submissions in a round"),
+    {.name = "rate",
+     .type = CLI_F64,
+     .arg = "R",
+     .lo = 1e-3,
+     .hi = 1e6,
+     .off = offsetof(bench_opts, cfg.rate),
+     .def_text = "off: closed loop",
+     .help = "open loop: R requests per second, Poisson arrivals"},
+    ROW("requests", CLI_I32, "N", 1, 1000000, cfg.n_open, "50", "open loop: how many"),
+    ROW("prompt", CLI_STR, "TEXT", 0, 0, prompt, "Hello, how are you?", "the prompt"),
+    CLI_OPT_MAX_TOKENS(bench_opts, cfg.max_tokens, 1, "per request"),
+    {.name = "no-ignore-eos",
+     .type = CLI_FLAG_OFF,
+     .def = "1",
+     .off = offsetof(bench_opts, cfg.ignore_eos),
+     .def_text = "ignore it, as the seed's profile does",
+     .help = "stop at <|endoftext|>"},
+    CLI_OPT_TEMPERATURE(bench_opts, temperature, 100, "0: greedy"),
+    CLI_OPT_MAX_BATCH(bench_opts, cfg.max_batch),
+    CLI_OPT_STEP_TOKENS(bench_opts, cfg.step_tokens),
+    CLI_OPT_THREADS(bench_opts, threads),
+    CLI_OPT_DEVICE(bench_opts, want, CLI_INDEX),
+    CLI_OPT_ISA(bench_opts, isa),
+    CLI_OPT_SEED(bench_opts, cfg.seed, "seed of the open-loop arrivals and of sampling"),
+    {.name = "long-prompt",
+     .type = CLI_I32,
+     .arg = "N",
+     .lo = 1,
+     .hi = 1 << 20,
+     .off = offsetof(bench_opts, cfg.long_prompt),
+     .def_text = "0: off",
+     .help = "after the iterative profile: min(concurrency, max-batch - 1) requests of the prompt "
+             "decode; once each has 8 tokens an N-token prompt joins them (max_tokens 1). From "
+             "the batcher's step records it prints the slowest step that carried a chunk of it, "
+             "the median decode-only step of the same requests, and their ratio (the static "
+             "policy never admits into a running batch, so it is not measured)"},
+    CLI_OPT_PREFIX_CACHE(bench_opts, cfg.no_prefix_cache, CLI_INDEX, "on|off"),
+};
+#undef ROW
+
 /* -1: go on; else the exit status (help: 0, a usage error: 2). */
 static int parse_opts(int argc, char **argv, bench_opts *o)
 {
-    static const struct option opts[] = {
-        {"policy", required_argument, 0, 'P'},
-        {"model", required_argument, 0, 'm'},
-        {"weights", required_argument, 0, 'w'},
-        {"concurrency", required_argument, 0, 'c'},
-        {"rounds", required_argument, 0, 'r'},
-        {"interval-ms", required_argument, 0, 'i'},
-        {"rate", required_argument, 0, 'R'},
-        {"requests", required_argument, 0, 'n'},
-        {"prompt", required_argument, 0, 'p'},
-        {"max-tokens", required_argument, 0, 't'},
-        {"no-ignore-eos", no_argument, 0, 'E'},
-        {"temperature", required_argument, 0, 'T'},
-        {"max-batch", required_argument, 0, 'b'},
-        {"step-tokens", required_argument, 0, 's'},
-        {"threads", required_argument, 0, 'j'},
-        {"device", required_argument, 0, 'D'},
-        {"isa", required_argument, 0, 'I'},
-        {"seed", required_argument, 0, 'S'},
-        {"long-prompt", required_argument, 0, 'L'},
-        {"prefix-cache", required_argument, 0, 'C'},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
-    };
-    const char *cmd = "bench";
+    static const cli_spec spec = CLI_SPEC("bench", USAGE, OPTS, NULL, NULL);
+    int st = cli_parse(&spec, argc, argv, 1, o, sizeof *o);
     bench_cfg *cfg = &o->cfg;
-    optind = 1;
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
-        int bad = 0;
-        switch (c) {
-        case 'P': o->policy = optarg; break;
-        case 'm': o->dir = optarg; break;
-        case 'w': bad = cli_weights(cmd, optarg, &o->mo); break;
-        case 'c': bad = cli_i32(cmd, "--concurrency", optarg, 1, 100000, &cfg->concurrency); break;
-        case 'r': bad = cli_i32(cmd, "--rounds", optarg, 1, 100000, &cfg->rounds); break;
-        case 'i': bad = cli_f64(cmd, "--interval-ms", optarg, 0, 3.6e6, &cfg->interval_ms); break;
-        case 'R': bad = cli_f64(cmd, "--rate", optarg, 1e-3, 1e6, &cfg->rate); break;
-        case 'n': bad = cli_i32(cmd, "--requests", optarg, 1, 1000000, &cfg->n_open); break;
-        case 'p': o->prompt = optarg; break;
-        case 't': bad = cli_i32(cmd, "--max-tokens", optarg, 1, 1 << 20, &cfg->max_tokens); break;
-        case 'E': cfg->ignore_eos = 0; break;
-        case 'T': bad = cli_f64(cmd, "--temperature", optarg, 0, 100, &o->temperature); break;
-        case 'b': bad = cli_i32(cmd, "--max-batch", optarg, 1, 1024, &cfg->max_batch); break;
-        case 's': bad = cli_i32(cmd, "--step-tokens", optarg, 1, 1 << 16, &cfg->step_tokens); break;
-        case 'j': bad = cli_i32(cmd, "--threads", optarg, 1, 1024, &o->threads); break;
-        case 'D': bad = cli_device(cmd, optarg, &o->want); break;
-        case 'I': bad = cli_isa(cmd, optarg, &o->isa); break;
-        case 'S': bad = cli_u64(cmd, "--seed", optarg, &cfg->seed); break;
-        case 'L': bad = cli_i32(cmd, "--long-prompt", optarg, 1, 1 << 20, &cfg->long_prompt); break;
-        case 'C':
-            if (strcmp(optarg, "on") && strcmp(optarg, "off"))
-                return cli_usage_error(cmd, "--prefix-cache must be on or off");
-            cfg->no_prefix_cache = !strcmp(optarg, "off");
-            break;
-        case 'h': fputs(HELP, stdout); return 0;
-        case ':': return cli_usage_error(cmd, "an option is missing its value");
-        default: return cli_usage_error(cmd, "unknown option");
-        }
-        if (bad)
-            return 2;
-    }
-    if (optind < argc)
-        return cli_usage_error(cmd, "unexpected argument");
     cfg->step_tokens = ifl_batcher_step_budget(cfg->max_batch, cfg->step_tokens);
     cfg->temperature = (float)o->temperature;
-    return -1;
+    return st;
 }
 
 /* One policy's profile (and --long-prompt) on backend be; prints its report into res. */
@@ -558,14 +531,7 @@ int cmd_bench_scheduler(int argc, char **argv)
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--turns") || !strncmp(argv[i], "--turns=", 8))
             return cmd_bench_turns(argc, argv);
-    bench_opts o = {.prompt = "Hello, how are you?",
-                    .policy = "both",
-                    .cfg = {.concurrency = 10,
-                            .rounds = 1,
-                            .n_open = 50,
-                            .interval_ms = 50,
-                            .max_tokens = 32,
-                            .ignore_eos = 1,
+    bench_opts o = {.cfg = {.max_tokens = 32,
                             .seed = 1,
                             .max_batch = IFL_DEFAULT_MAX_BATCH,
                             .step_tokens = IFL_DEFAULT_STEP_TOKENS},
@@ -574,28 +540,17 @@ int cmd_bench_scheduler(int argc, char **argv)
     int st = parse_opts(argc, argv, &o);
     if (st >= 0)
         return st;
-    ifl_policy pols[2];
-    int n_pols = 0;
-    if (!strcmp(o.policy, "both")) {
-        pols[n_pols++] = IFL_POLICY_ITERATIVE;
-        pols[n_pols++] = IFL_POLICY_STATIC;
-    } else if (ifl_policy_parse(o.policy, &pols[0]) == 0) {
-        n_pols = 1;
-    } else {
-        return cli_usage_error("bench", "--policy must be iterative, static or both");
-    }
+    ifl_policy pols[2] = {IFL_POLICY_ITERATIVE, IFL_POLICY_STATIC};
+    int n_pols = strcmp(o.policy, "both") ? 1 : 2;
+    if (n_pols == 1) /* a word of --policy: a policy's name */
+        (void)ifl_policy_parse(o.policy, &pols[0]);
     int rc = 1;
     ifl_err err;
     ifl_runtime rt = {0};
     ifl_tokens ids = {0};
     bench_state bs = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
-    if (!o.dir) {
-        o.dir = CLI_BENCH_MODEL;
-        if (cli_ensure_bench_model(o.dir, &err)) {
-            fprintf(stderr, "inflight bench: %s\n", err.msg);
-            return 1;
-        }
-    }
+    if (cli_bench_model(&o.dir))
+        return 1;
     /* one backend per policy, over one set of weights and one CPU thread pool (as the server) */
     ifl_runtime_opts ro = {.model_dir = o.dir,
                            .model_opts = o.mo,

@@ -8,7 +8,7 @@
  * overall throughput and the cache's counters, the on/off TTFT ratios against the goal (from
  * turn 2 on, p90 at most 0.3x of cache-off), and checks that greedy replies are identical with
  * the cache on and off (the exit status says whether they are). */
-#include <getopt.h>
+#include <stddef.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -27,7 +27,7 @@
 #define GOAL_RATIO 0.3 /* from turn 2 on, TTFT p90 with the cache <= this x without */
 
 /* clang-format off */
-static const char *const HELP =
+static const char *const USAGE =
     "usage: inflight bench --turns[=T] [options]   (the multi-turn prefix-cache profile)\n"
     "\n"
     "U users hold T-turn conversations in-process against the iterative batcher (each user its\n"
@@ -43,25 +43,7 @@ static const char *const HELP =
     "self-check: greedy replies must be identical with the cache on and off (exit status 1 when\n"
     "they are not, or when a request fails).\n"
     "\n"
-    "  --turns[=T]         turns per user (default 5; the value needs the '=')\n"
-    "  --users U           (default 10)\n"
-    "  --opening O         tokens of the shared opening (default 512)\n"
-    "  --added A           new prompt tokens per turn (default 64)\n"
-    "  --reply R           tokens generated per turn (default 32)\n"
-    "  --interval-ms X     the users' first turns X ms apart (default 0: together)\n"
-    "  --think-ms X        a user reads the reply before the next turn: a seeded exponential\n"
-    "                      pause of mean X ms after each turn, the same in both runs (default 0:\n"
-    "                      at once, so users who start together stay in step)\n"
-    "  --prefix-cache M    on | off | both (default both: on, then off, and their ratios)\n"
-    "  --model DIR         model (default: models/bench-gpt2-124m-f32, made on first use)\n"
-    "  --weights T         f32 | f16 | bf16 | auto (default auto)\n"
-    "  --max-batch N       (default " IFL_STR(IFL_DEFAULT_MAX_BATCH) "; the KV pool: that many full\n"
-    "                      contexts, within the backend's memory cap)\n"
-    "  --step-tokens N     token budget per step (default " IFL_STR(IFL_DEFAULT_STEP_TOKENS) ")\n"
-    "  --threads N         CPU threads (default: one per core)\n"
-    "  --device D          auto | cpu | cuda (default auto: the GPU when there is one)\n"
-    "  --isa I             CPU kernels: auto | avx512 | avx2 | scalar (default auto)\n"
-    "  --seed N            seed of the token ids (default 1)\n";
+    "\n";
 /* clang-format on */
 
 typedef struct {
@@ -511,66 +493,47 @@ typedef struct {
     ifl_isa isa;
 } turns_opts;
 
+#define ROW(NAME, TYPE, ARG, LO, HI, F, HELP)                                                      \
+    CLI_ROW(NAME, 0, TYPE, ARG, LO, HI, turns_opts, F, HELP)
+static const cli_opt OPTS[] = {
+    {.name = "turns",
+     .type = CLI_I32,
+     .arg = "T",
+     .lo = 1,
+     .hi = 10000,
+     .off = offsetof(turns_opts, cfg.turns),
+     .flags = CLI_OPTIONAL_ARG,
+     .help = "turns per user (the value needs the '=')"},
+    ROW("users", CLI_I32, "U", 1, 10000, cfg.users, "users, each with its own session"),
+    ROW("opening", CLI_I32, "O", 0, 1 << 20, cfg.opening, "tokens of the shared opening"),
+    ROW("added", CLI_I32, "A", 1, 1 << 20, cfg.added, "new prompt tokens per turn"),
+    ROW("reply", CLI_I32, "R", 1, 1 << 20, cfg.reply, "tokens generated per turn"),
+    ROW("interval-ms", CLI_F64, "X", 0, 3.6e6, cfg.interval_ms,
+        "the users' first turns X ms apart (0: together)"),
+    ROW("think-ms", CLI_F64, "X", 0, 3.6e6, cfg.think_ms,
+        "a user reads the reply before the next turn: a seeded exponential pause of mean X ms "
+        "after each turn, the same in both runs (0: at once, so users who start together stay "
+        "in step)"),
+    CLI_OPT_PREFIX_CACHE(turns_opts, cache, CLI_WORD, "on|off|both"),
+    CLI_OPT_BENCH_MODEL(turns_opts, dir),
+    CLI_OPT_WEIGHTS(turns_opts, mo),
+    CLI_OPT_MAX_BATCH(turns_opts, cfg.max_batch),
+    CLI_OPT_STEP_TOKENS(turns_opts, cfg.step_tokens),
+    CLI_OPT_THREADS(turns_opts, threads),
+    CLI_OPT_DEVICE(turns_opts, want, CLI_INDEX),
+    CLI_OPT_ISA(turns_opts, isa),
+    CLI_OPT_SEED(turns_opts, cfg.seed, "seed of the token ids"),
+};
+#undef ROW
+
 /* -1: go on; else the exit status (help: 0, a usage error: 2). */
 static int parse_opts(int argc, char **argv, turns_opts *o)
 {
-    static const struct option opts[] = {
-        {"turns", optional_argument, 0, 'T'},
-        {"users", required_argument, 0, 'u'},
-        {"opening", required_argument, 0, 'o'},
-        {"added", required_argument, 0, 'a'},
-        {"reply", required_argument, 0, 'r'},
-        {"interval-ms", required_argument, 0, 'i'},
-        {"think-ms", required_argument, 0, 'k'},
-        {"prefix-cache", required_argument, 0, 'C'},
-        {"model", required_argument, 0, 'm'},
-        {"weights", required_argument, 0, 'w'},
-        {"max-batch", required_argument, 0, 'b'},
-        {"step-tokens", required_argument, 0, 's'},
-        {"threads", required_argument, 0, 'j'},
-        {"device", required_argument, 0, 'D'},
-        {"isa", required_argument, 0, 'I'},
-        {"seed", required_argument, 0, 'S'},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
-    };
-    const char *cmd = "bench";
-    turns_cfg *c = &o->cfg;
-    optind = 1;
-    opterr = 0;
-    int ch;
-    while ((ch = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
-        int bad = 0;
-        switch (ch) {
-        case 'T': bad = optarg && cli_i32(cmd, "--turns", optarg, 1, 10000, &c->turns); break;
-        case 'u': bad = cli_i32(cmd, "--users", optarg, 1, 10000, &c->users); break;
-        case 'o': bad = cli_i32(cmd, "--opening", optarg, 0, 1 << 20, &c->opening); break;
-        case 'a': bad = cli_i32(cmd, "--added", optarg, 1, 1 << 20, &c->added); break;
-        case 'r': bad = cli_i32(cmd, "--reply", optarg, 1, 1 << 20, &c->reply); break;
-        case 'i': bad = cli_f64(cmd, "--interval-ms", optarg, 0, 3.6e6, &c->interval_ms); break;
-        case 'k': bad = cli_f64(cmd, "--think-ms", optarg, 0, 3.6e6, &c->think_ms); break;
-        case 'C': o->cache = optarg; break;
-        case 'm': o->dir = optarg; break;
-        case 'w': bad = cli_weights(cmd, optarg, &o->mo); break;
-        case 'b': bad = cli_i32(cmd, "--max-batch", optarg, 1, 1024, &c->max_batch); break;
-        case 's': bad = cli_i32(cmd, "--step-tokens", optarg, 1, 1 << 16, &c->step_tokens); break;
-        case 'j': bad = cli_i32(cmd, "--threads", optarg, 1, 1024, &o->threads); break;
-        case 'D': bad = cli_device(cmd, optarg, &o->want); break;
-        case 'I': bad = cli_isa(cmd, optarg, &o->isa); break;
-        case 'S': bad = cli_u64(cmd, "--seed", optarg, &c->seed); break;
-        case 'h': fputs(HELP, stdout); return 0;
-        case ':': return cli_usage_error(cmd, "an option is missing its value");
-        default: return cli_usage_error(cmd, "unknown option (bench --turns has its own)");
-        }
-        if (bad)
-            return 2;
-    }
-    if (optind < argc)
-        return cli_usage_error(cmd, "unexpected argument (the number of turns is --turns=T)");
-    if (strcmp(o->cache, "on") && strcmp(o->cache, "off") && strcmp(o->cache, "both"))
-        return cli_usage_error(cmd, "--prefix-cache must be on, off or both");
-    c->step_tokens = ifl_batcher_step_budget(c->max_batch, c->step_tokens);
-    return -1;
+    static const cli_spec spec = CLI_SPEC("bench", USAGE, OPTS, "bench --turns has its own",
+                                          "the number of turns is --turns=T");
+    int st = cli_parse(&spec, argc, argv, 1, o, sizeof *o);
+    o->cfg.step_tokens = ifl_batcher_step_budget(o->cfg.max_batch, o->cfg.step_tokens);
+    return st;
 }
 
 /* The limits that need the model; fills the model's figures into the profile. */
@@ -646,14 +609,8 @@ int cmd_bench_turns(int argc, char **argv)
     int st = parse_opts(argc, argv, &o);
     if (st >= 0)
         return st;
-    ifl_err err;
-    if (!o.dir) {
-        o.dir = CLI_BENCH_MODEL;
-        if (cli_ensure_bench_model(o.dir, &err)) {
-            fprintf(stderr, "inflight bench: %s\n", err.msg);
-            return 1;
-        }
-    }
+    if (cli_bench_model(&o.dir))
+        return 1;
     ifl_runtime rt = {0};
     ifl_runtime_opts ro = {.model_dir = o.dir,
                            .model_opts = o.mo,

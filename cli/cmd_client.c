@@ -6,10 +6,10 @@
  * --bench: the seed's profiler against the server: closed loop (rounds of N requests sent
  * --interval-ms apart, each round waiting for its requests) or open loop (--rate: Poisson
  * arrivals); prints throughput, time to first token, inter-token latency percentiles and mean
- * time to last response, with a progress bar on stderr. This file holds the options, the send
- * schedule (lws_sul timers on the one lws service thread) and the figures.
+ * time to last response, with a progress bar on stderr. This file holds the option table, the
+ * send schedule (lws_sul timers on the one lws service thread) and the figures.
  */
-#include <getopt.h>
+#include <stddef.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -23,36 +23,83 @@
 #include "client.h"
 #include "util.h"
 
-static const char *const HELP =
+static const char *const USAGE =
     "usage: inflight client [options]           (the two-column demo)\n"
     "       inflight client --bench [options]   (the profiler)\n"
-    "\n"
-    "  --api A             ws | openai | triton (default ws): our /ws protocol, OpenAI's\n"
-    "                      /v1/completions or Triton's generate_stream, both streamed as SSE\n"
-    "  --url URL           the server: ws://HOST:PORT/ws for ws (default ws://127.0.0.1:8080/ws),\n"
-    "                      http://HOST:PORT[/PREFIX] for openai and triton (default\n"
-    "                      http://127.0.0.1:8080)\n"
-    "  --api-key KEY       when the server wants one (serve --api-key): Authorization: Bearer\n"
-    "                      over HTTP, ?api_key= on /ws\n"
-    "  --model M           iterative | static (default iterative); --bench: also both (default)\n"
-    "  --max-tokens N      per request (default: demo 48, bench 32)\n"
-    "  --temperature X     (default: demo 0.8, bench 0 = greedy)\n"
-    "  --seed N            demo: seed of the first round (then +1 per round); bench: of request 0\n"
-    "demo:\n"
-    "  --rounds N          stop after N rounds (default: until Ctrl+C)\n"
-    "  --prompt1 TEXT, --prompt2 TEXT   (default the seed's C++ and Assembly prompts)\n"
-    "bench:\n"
-    "  --concurrency N     requests per round (default 10)\n"
-    "  --rounds N          rounds (default 1)\n"
-    "  --interval-ms X     between sends in a round (default 50)\n"
-    "  --rate R            open loop: R requests per second, Poisson arrivals\n"
-    "  --requests N        open loop: how many (default 50)\n"
-    "  --connections N     ws: sockets to spread requests over (default: one per concurrent "
-    "request,\n"
-    "                      at most 64)\n"
-    "  --prompt TEXT       (default \"Hello, how are you?\")\n"
-    "  --no-ignore-eos     stop at <|endoftext|> (default: ignore it, as the seed's profile "
-    "does)\n";
+    "\n";
+
+/* The demo's and the profiler's defaults where they differ (-1 / NULL in the options: unset). */
+#define DEMO_MAX_TOKENS 48
+#define BENCH_MAX_TOKENS 32
+#define DEMO_TEMPERATURE 0.8
+#define BENCH_TEMPERATURE 0
+#define BENCH_MAX_CONNECTIONS 64
+
+typedef struct {
+    client cl;
+    const char *url, *model, *api;
+    int32_t max_tokens, rounds, conns;
+    double temperature;
+} client_opts;
+
+#define ROW(NAME, TYPE, ARG, LO, HI, F, HELP)                                                      \
+    CLI_ROW(NAME, 0, TYPE, ARG, LO, HI, client_opts, F, HELP)
+#define DEF(NAME, TYPE, ARG, LO, HI, F, DEF_, DEF_TEXT, HELP)                                      \
+    {                                                                                              \
+        .name = NAME, .type = TYPE, .arg = ARG, .lo = LO, .hi = HI, .def = DEF_,                   \
+        .def_text = DEF_TEXT, .off = offsetof(client_opts, F), .help = HELP                        \
+    }
+/* clang-format off */
+static const cli_opt OPTS[] = {
+    {.name = "api", .type = CLI_WORD, .words = "ws|openai|triton", .def = "ws",
+     .off = offsetof(client_opts, api),
+     .help = "our /ws protocol, OpenAI's /v1/completions or Triton's generate_stream, both "
+             "streamed as SSE"},
+    DEF("url", CLI_STR, "URL", 0, 0, url, NULL,
+        "ws://127.0.0.1:8080/ws for ws, http://127.0.0.1:8080 for openai and triton",
+        "the server: ws://HOST:PORT/ws for ws, http://HOST:PORT[/PREFIX] for openai and triton"),
+    ROW("api-key", CLI_STR, "KEY", 0, 0, cl.api_key,
+        "when the server wants one (serve --api-key): Authorization: Bearer over HTTP, ?api_key= "
+        "on /ws"),
+    DEF("model", CLI_STR, "M", 0, 0, model, NULL, "iterative; --bench: both",
+        "iterative | static; --bench: also both"),
+    {.name = "max-tokens", .letter = 'n', .type = CLI_I32, .arg = "N", .lo = 1, .hi = 1 << 20,
+     .def_text = "demo " IFL_STR(DEMO_MAX_TOKENS) ", bench " IFL_STR(BENCH_MAX_TOKENS),
+     .off = offsetof(client_opts, max_tokens), .flags = CLI_FROM_REQUEST, .help = "per request"},
+    {.name = "temperature", .type = CLI_F64, .arg = "X", .lo = 0, .hi = 2,
+     .def_text = "demo " IFL_STR(DEMO_TEMPERATURE) ", bench " IFL_STR(
+         BENCH_TEMPERATURE) " = greedy",
+     .off = offsetof(client_opts, temperature), .flags = CLI_FROM_REQUEST,
+     .help = "sampling temperature"},
+    {.name = "seed", .type = CLI_U64, .arg = "N", .def = "1", .off = offsetof(client_opts, cl.seed),
+     .flags = CLI_FROM_REQUEST,
+     .help = "demo: seed of the first round (then +1 per round); bench: of request 0"},
+    {.name = "bench", .type = CLI_FLAG, .off = offsetof(client_opts, cl.bench),
+     .help = "run the profiler instead of the demo"},
+    DEF("rounds", CLI_I32, "N", 1, 1000000, rounds, NULL, "demo: until Ctrl+C; bench: 1",
+        "demo: stop after N rounds; bench: rounds"),
+    {.name = NULL, .type = CLI_HEADING, .help = "demo:"},
+    DEF("prompt1", CLI_STR, "TEXT", 0, 0, cl.prompt1, "Programming in C++ is like", NULL,
+        "the left column's prompt"),
+    DEF("prompt2", CLI_STR, "TEXT", 0, 0, cl.prompt2, "Programming in Assembly is like", NULL,
+        "the right column's prompt"),
+    {.name = NULL, .type = CLI_HEADING, .help = "bench:"},
+    DEF("concurrency", CLI_I32, "N", 1, 100000, cl.concurrency, "10", NULL, "requests per round"),
+    DEF("interval-ms", CLI_F64, "X", 0, 3.6e6, cl.interval_ms, "50", NULL,
+        "between sends in a round"),
+    DEF("rate", CLI_F64, "R", 1e-3, 1e6, cl.rate, NULL, "off: closed loop",
+        "open loop: R requests per second, Poisson arrivals"),
+    DEF("requests", CLI_I32, "N", 1, 1000000, cl.n_open, "50", NULL, "open loop: how many"),
+    DEF("connections", CLI_I32, "N", 1, 1024, conns, NULL,
+        "one per concurrent request, at most " IFL_STR(BENCH_MAX_CONNECTIONS),
+        "ws: sockets to spread requests over"),
+    DEF("prompt", CLI_STR, "TEXT", 0, 0, cl.prompt, "Hello, how are you?", NULL, "the prompt"),
+    DEF("no-ignore-eos", CLI_FLAG_OFF, NULL, 0, 0, cl.ignore_eos, "1",
+        "ignore it, as the seed's profile does", "stop at <|endoftext|>"),
+};
+/* clang-format on */
+#undef ROW
+#undef DEF
 
 static volatile sig_atomic_t g_interrupted;
 static client *g_cl;
@@ -405,210 +452,152 @@ static void lws_quiet(int level, const char *line)
     (void)line;
 }
 
-int cmd_client(int argc, char **argv)
+/* The options that depend on others (--bench, --api); fills policies. 0, or 2 after saying why. */
+static int settle_options(client_opts *o, const char *policies[2], int *n_pol)
 {
-    static const struct option opts[] = {
-        {"url", required_argument, 0, 'u'},
-        {"api", required_argument, 0, 'a'},
-        {"api-key", required_argument, 0, 'k'},
-        {"model", required_argument, 0, 'm'},
-        {"max-tokens", required_argument, 0, 't'},
-        {"temperature", required_argument, 0, 'T'},
-        {"seed", required_argument, 0, 'S'},
-        {"rounds", required_argument, 0, 'r'},
-        {"prompt1", required_argument, 0, '1'},
-        {"prompt2", required_argument, 0, '2'},
-        {"bench", no_argument, 0, 'B'},
-        {"concurrency", required_argument, 0, 'c'},
-        {"interval-ms", required_argument, 0, 'i'},
-        {"rate", required_argument, 0, 'R'},
-        {"requests", required_argument, 0, 'n'},
-        {"connections", required_argument, 0, 'C'},
-        {"prompt", required_argument, 0, 'p'},
-        {"no-ignore-eos", no_argument, 0, 'E'},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
-    };
-    const char *cmd = "client", *url = NULL, *model = NULL, *api = "ws";
-    client cl;
-    memset(&cl, 0, sizeof cl);
-    cl.concurrency = 10;
-    cl.n_open = 50;
-    cl.interval_ms = 50;
-    cl.prompt = "Hello, how are you?";
-    cl.prompt1 = "Programming in C++ is like";
-    cl.prompt2 = "Programming in Assembly is like";
-    cl.ignore_eos = 1;
-    cl.seed = 1;
-    int32_t max_tokens = -1, rounds = -1, conns = 0;
-    double temperature = -1;
-    optind = 1;
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
-        switch (c) {
-        case 'u': url = optarg; break;
-        case 'a': api = optarg; break;
-        case 'k': cl.api_key = optarg; break;
-        case 'm': model = optarg; break;
-        case 't':
-            if (cli_i32(cmd, "--max-tokens", optarg, 1, 1 << 20, &max_tokens))
-                return 2;
-            break;
-        case 'T':
-            if (cli_f64(cmd, "--temperature", optarg, 0, 2, &temperature))
-                return 2;
-            break;
-        case 'S':
-            if (cli_u64(cmd, "--seed", optarg, &cl.seed))
-                return 2;
-            break;
-        case 'r':
-            if (cli_i32(cmd, "--rounds", optarg, 1, 1000000, &rounds))
-                return 2;
-            break;
-        case '1': cl.prompt1 = optarg; break;
-        case '2': cl.prompt2 = optarg; break;
-        case 'B': cl.bench = 1; break;
-        case 'c':
-            if (cli_i32(cmd, "--concurrency", optarg, 1, 100000, &cl.concurrency))
-                return 2;
-            break;
-        case 'i':
-            if (cli_f64(cmd, "--interval-ms", optarg, 0, 3.6e6, &cl.interval_ms))
-                return 2;
-            break;
-        case 'R':
-            if (cli_f64(cmd, "--rate", optarg, 1e-3, 1e6, &cl.rate))
-                return 2;
-            break;
-        case 'n':
-            if (cli_i32(cmd, "--requests", optarg, 1, 1000000, &cl.n_open))
-                return 2;
-            break;
-        case 'C':
-            if (cli_i32(cmd, "--connections", optarg, 1, 1024, &conns))
-                return 2;
-            break;
-        case 'p': cl.prompt = optarg; break;
-        case 'E': cl.ignore_eos = 0; break;
-        case 'h': fputs(HELP, stdout); return 0;
-        case ':': return cli_usage_error(cmd, "an option is missing its value");
-        default: return cli_usage_error(cmd, "unknown option");
-        }
-    }
-    if (optind < argc)
-        return cli_usage_error(cmd, "unexpected argument");
-    cl.max_tokens = max_tokens > 0 ? max_tokens : cl.bench ? 32 : 48;
-    cl.temperature = temperature >= 0 ? temperature : cl.bench ? 0 : 0.8;
-    cl.rounds = rounds > 0 ? rounds : cl.bench ? 1 : 0;
-    if (!cl.bench)
-        cl.ignore_eos = 0;
-    const char *policies[2];
-    int n_pol = 0;
-    if (!model)
-        model = cl.bench ? "both" : "iterative";
-    if (!strcmp(model, "both") && cl.bench) {
-        policies[n_pol++] = "iterative";
-        policies[n_pol++] = "static";
+    const char *cmd = "client";
+    client *cl = &o->cl;
+    cl->max_tokens = o->max_tokens > 0 ? o->max_tokens
+                     : cl->bench       ? BENCH_MAX_TOKENS
+                                       : DEMO_MAX_TOKENS;
+    cl->temperature = o->temperature >= 0 ? o->temperature
+                      : cl->bench         ? BENCH_TEMPERATURE
+                                          : DEMO_TEMPERATURE;
+    cl->rounds = o->rounds > 0 ? o->rounds : cl->bench ? 1 : 0;
+    if (!cl->bench)
+        cl->ignore_eos = 0;
+    const char *model = o->model ? o->model : cl->bench ? "both" : "iterative";
+    *n_pol = 0;
+    if (!strcmp(model, "both") && cl->bench) {
+        policies[(*n_pol)++] = "iterative";
+        policies[(*n_pol)++] = "static";
     } else if (!strcmp(model, "iterative") || !strcmp(model, "static")) {
-        policies[n_pol++] = model;
+        policies[(*n_pol)++] = model;
     } else {
-        return cli_usage_error(cmd, cl.bench ? "--model must be iterative, static or both"
-                                             : "--model must be iterative or static");
+        return cli_usage_error(cmd, cl->bench ? "--model must be iterative, static or both"
+                                              : "--model must be iterative or static");
     }
-    if (!strcmp(api, "ws"))
-        cl.api = CLIENT_API_WS;
-    else if (!strcmp(api, "openai"))
-        cl.api = CLIENT_API_OPENAI;
-    else if (!strcmp(api, "triton"))
-        cl.api = CLIENT_API_TRITON;
-    else
-        return cli_usage_error(cmd, "--api must be ws, openai or triton");
-    if (cl.api_key && (!*cl.api_key || strlen(cl.api_key) > 512 || strpbrk(cl.api_key, " \t\r\n")))
+    cl->api = !strcmp(o->api, "openai")   ? CLIENT_API_OPENAI
+              : !strcmp(o->api, "triton") ? CLIENT_API_TRITON
+                                          : CLIENT_API_WS;
+    const char *key = cl->api_key;
+    if (key && (!*key || strlen(key) > 512 || strpbrk(key, " \t\r\n")))
         return cli_usage_error(cmd, "--api-key must be 1 to 512 characters without whitespace");
-    int http = cl.api != CLIENT_API_WS;
-    if (http && conns > 0)
+    int http = cl->api != CLIENT_API_WS;
+    if (http && o->conns > 0)
         return cli_usage_error(cmd, "--connections is for --api ws (over HTTP each request has "
                                     "its own connection)");
-    if (!url)
-        url = http ? "http://127.0.0.1:8080" : "ws://127.0.0.1:8080/ws";
+    if (!o->url)
+        o->url = http ? "http://127.0.0.1:8080" : "ws://127.0.0.1:8080/ws";
+    int32_t most = cl->rate > 0 ? cl->n_open : cl->concurrency;
+    cl->n_conns = !cl->bench                     ? 1
+                  : o->conns > 0                 ? o->conns
+                  : most < BENCH_MAX_CONNECTIONS ? most
+                                                 : BENCH_MAX_CONNECTIONS;
+    return 0;
+}
+
+/* --url into cl's address, port and path (in pathbuf); 0, or 2 after saying what is wrong. */
+static int parse_url(client *cl, const char *url, char *pathbuf, size_t cap)
+{
+    const char *cmd = "client";
+    int http = cl->api != CLIENT_API_WS;
     /* scheme://host:port/path; lws_parse_uri drops the path's leading '/' */
-    cl.url_buf = strdup(url);
+    cl->url_buf = strdup(url);
     const char *prot = NULL, *path = NULL;
-    if (!cl.url_buf || lws_parse_uri(cl.url_buf, &prot, &cl.address, &cl.port, &path) ||
-        strcmp(prot, http ? "http" : "ws")) {
-        free(cl.url_buf);
+    if (!cl->url_buf || lws_parse_uri(cl->url_buf, &prot, &cl->address, &cl->port, &path) ||
+        strcmp(prot, http ? "http" : "ws"))
         return cli_usage_error(cmd, http ? "--url must look like http://HOST:PORT for --api "
                                            "openai and triton"
                                          : "--url must look like ws://HOST:PORT/ws");
-    }
-    char pathbuf[512];
     size_t pl = strlen(path);
     while (http && pl && path[pl - 1] == '/')
         pl--; /* a prefix: /v1/... and /v2/... follow it */
-    if (pl >= sizeof pathbuf - 1) {
-        free(cl.url_buf);
+    if (pl >= cap - 1)
         return cli_usage_error(cmd, "--url: the path is too long");
-    }
     if (http)
-        snprintf(pathbuf, sizeof pathbuf, "%s%.*s", pl ? "/" : "", (int)pl, path);
+        snprintf(pathbuf, cap, "%s%.*s", pl ? "/" : "", (int)pl, path);
     else
-        snprintf(pathbuf, sizeof pathbuf, "/%s", path);
-    cl.path = pathbuf;
-    if (cl.bench)
-        cl.n_conns = conns > 0     ? conns
-                     : cl.rate > 0 ? (cl.n_open < 64 ? cl.n_open : 64)
-                                   : (cl.concurrency < 64 ? cl.concurrency : 64);
-    else
-        cl.n_conns = 1;
-    cl.tty = isatty(1);
-    lws_set_log_level(LLL_ERR, lws_quiet);
-    g_cl = &cl;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigint;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+        snprintf(pathbuf, cap, "/%s", path);
+    cl->path = pathbuf;
+    return 0;
+}
 
+static void print_bench_header(const client *cl, const char *url, const char *api)
+{
+    if (cl->api != CLIENT_API_WS)
+        printf("inflight client --bench: %s (%s API, a connection per request); prompt "
+               "\"%s\", max_tokens %d%s\n",
+               url, api, cl->prompt, cl->max_tokens, cl->ignore_eos ? " (ignore_eos)" : "");
+    else
+        printf("inflight client --bench: %s; prompt \"%s\", max_tokens %d%s, %d "
+               "connection(s)\n",
+               url, cl->prompt, cl->max_tokens, cl->ignore_eos ? " (ignore_eos)" : "", cl->n_conns);
+    if (cl->rate > 0)
+        printf("  open loop: %d requests, Poisson arrivals at %.2f/s\n", cl->n_open, cl->rate);
+    else
+        printf("  closed loop: %d round(s) of %d requests sent %.0f ms apart\n", cl->rounds,
+               cl->concurrency, cl->interval_ms);
+    fflush(stdout);
+}
+
+/* The demo or the profile of each policy in turn (and, for two, their comparison); the exit
+ * status. */
+static int run_policies(client *cl, const char *const *policies, int n_pol)
+{
     int rc = 0, any_failed = 0;
     bench_result res[2];
-    if (cl.bench) {
-        if (http)
-            printf("inflight client --bench: %s (%s API, a connection per request); prompt "
-                   "\"%s\", max_tokens %d%s\n",
-                   url, api, cl.prompt, cl.max_tokens, cl.ignore_eos ? " (ignore_eos)" : "");
-        else
-            printf("inflight client --bench: %s; prompt \"%s\", max_tokens %d%s, %d "
-                   "connection(s)\n",
-                   url, cl.prompt, cl.max_tokens, cl.ignore_eos ? " (ignore_eos)" : "", cl.n_conns);
-        if (cl.rate > 0)
-            printf("  open loop: %d requests, Poisson arrivals at %.2f/s\n", cl.n_open, cl.rate);
-        else
-            printf("  closed loop: %d round(s) of %d requests sent %.0f ms apart\n", cl.rounds,
-                   cl.concurrency, cl.interval_ms);
-        fflush(stdout);
-    }
     for (int k = 0; k < n_pol && rc == 0; k++) {
-        cl.policy = policies[k];
-        cl.failed = 0;
-        rc = run_once(&cl);
-        if (cl.bench && rc == 0) {
-            summarize(&cl, &res[k]);
-            res[k].requests = total_requests(&cl);
-            bench_result_print(cl.policy, &res[k]);
+        cl->policy = policies[k];
+        cl->failed = 0;
+        rc = run_once(cl);
+        if (cl->bench && rc == 0) {
+            summarize(cl, &res[k]);
+            res[k].requests = total_requests(cl);
+            bench_result_print(cl->policy, &res[k]);
             any_failed |= res[k].failed > 0;
         }
-        free_reqs(&cl);
+        free_reqs(cl);
     }
-    if (cl.bench && rc == 0 && n_pol == 2)
+    if (cl->bench && rc == 0 && n_pol == 2)
         bench_compare_print(&res[0], &res[1]);
-    free(cl.itl);
-    free(cl.url_buf);
-    g_cl = NULL;
     if (rc == 0 && any_failed) {
         fprintf(stderr, "inflight client: some requests failed (above)\n");
         rc = 1;
     }
     return rc == 130 ? 0 : rc;
+}
+
+int cmd_client(int argc, char **argv)
+{
+    static const cli_spec spec = CLI_SPEC("client", USAGE, OPTS, NULL, NULL);
+    client_opts o = {.max_tokens = -1, .temperature = -1, .rounds = -1}; /* -1: unset */
+    int st = cli_parse(&spec, argc, argv, 1, &o, sizeof o);
+    if (st >= 0)
+        return st;
+    client *cl = &o.cl;
+    const char *policies[2];
+    int n_pol;
+    char pathbuf[512];
+    if (settle_options(&o, policies, &n_pol))
+        return 2;
+    if (parse_url(cl, o.url, pathbuf, sizeof pathbuf)) {
+        free(cl->url_buf);
+        return 2;
+    }
+    cl->tty = isatty(1);
+    lws_set_log_level(LLL_ERR, lws_quiet);
+    g_cl = cl;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    if (cl->bench)
+        print_bench_header(cl, o.url, o.api);
+    int rc = run_policies(cl, policies, n_pol);
+    free(cl->itl);
+    free(cl->url_buf);
+    g_cl = NULL;
+    return rc;
 }

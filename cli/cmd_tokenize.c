@@ -1,52 +1,44 @@
 /* cmd_tokenize.c: `inflight tokenize`: GPT-2 token ids of stdin (or, with --decode, the text of
  * ids read from stdin). */
 #include <errno.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 
-static const char *const HELP =
+static const char *const USAGE =
     "usage: inflight tokenize --model DIR [--special] [--decode] < input\n"
     "\n"
     "Reads all of stdin and prints its GPT-2 token ids, space-separated, on one line.\n"
     "DIR holds vocab.json + merges.txt (or encoder.json + vocab.bpe).\n"
-    "\n"
-    "  --model DIR   model or vocabulary directory\n"
-    "  --special     treat the text <|endoftext|> as the end-of-text token (default: plain text,\n"
-    "                as the reference encoders do)\n"
-    "  --decode      the reverse: read ids (whitespace-separated) and write their bytes\n";
+    "\n";
+
+typedef struct {
+    const char *dir;
+    int special, decode;
+} tokenize_opts;
+
+static const cli_opt OPTS[] = {
+    CLI_OPT_MODEL(tokenize_opts, dir, "model or vocabulary directory"),
+    CLI_ROW("special", 0, CLI_FLAG, NULL, 0, 0, tokenize_opts, special,
+            "treat the text <|endoftext|> as the end-of-text token (default: plain text, as the "
+            "reference encoders do)"),
+    CLI_ROW("decode", 0, CLI_FLAG, NULL, 0, 0, tokenize_opts, decode,
+            "the reverse: read ids (whitespace-separated) and write their bytes"),
+};
 
 int cmd_tokenize(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},
-        {"special", no_argument, 0, 's'},
-        {"decode", no_argument, 0, 'd'},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
-    };
-    const char *cmd = "tokenize", *dir = NULL;
-    int special = 0, decode = 0;
-    optind = 1;
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
-        switch (c) {
-        case 'm': dir = optarg; break;
-        case 's': special = 1; break;
-        case 'd': decode = 1; break;
-        case 'h': fputs(HELP, stdout); return 0;
-        case ':': return cli_usage_error(cmd, "an option is missing its value");
-        default: return cli_usage_error(cmd, "unknown option");
-        }
-    }
-    if (optind < argc)
-        return cli_usage_error(cmd, "unexpected argument");
-    if (!dir)
-        return cli_usage_error(cmd, "--model DIR is required");
+    static const cli_spec spec = CLI_SPEC("tokenize", USAGE, OPTS, NULL, NULL);
+    tokenize_opts o = {0};
+    int st = cli_parse(&spec, argc, argv, 1, &o, sizeof o);
+    if (st >= 0)
+        return st;
+    if (!o.dir)
+        return cli_usage_error(spec.cmd, "--model DIR is required");
+    const char *dir = o.dir;
+    int special = o.special, decode = o.decode;
 
     int rc = 1;
     ifl_err err;
