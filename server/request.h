@@ -37,7 +37,8 @@
 /* What a front end parsed: the parameters of one generation, defaults filled in. */
 typedef struct {
     char id[REQ_MAX_ID + 1]; /* the client's id, unique among its owner's requests in flight */
-    char *prompt;            /* heap, NUL-terminated; req_submit takes it (sets it to NULL) */
+    char *prompt; /* heap, NUL-terminated; req_submit takes it for the request log (sets it to
+                     NULL), else it stays the caller's to free */
     size_t prompt_len;
     int32_t *prompt_ids; /* instead of prompt: token ids (heap, the caller's; OpenAI's array) */
     int32_t n_prompt_ids;
