@@ -1,20 +1,61 @@
 /* client.h: the state `inflight client` shares between its parts. cmd_client.c holds the options,
- * the send schedule and the figures; the transports carry the requests: client_ws.c our /ws
- * protocol, client_http.c OpenAI's /v1/completions and Triton's generate_stream (Server-Sent
- * Events, one HTTP connection per request); client_demo.c draws the demo's two columns.
- * Everything runs on one thread, the lws service loop. */
+ * the send schedule and the figures; client_api.c the table of the APIs it speaks (what differs
+ * between them: wire format, path, transport); the transports carry the requests: client_ws.c
+ * WebSocket frames, client_http.c HTTP POSTs answered with Server-Sent Events (one connection per
+ * request); client_demo.c draws the demo's two columns. Everything runs on one thread, the lws
+ * service loop. */
 #ifndef IFL_CLIENT_H
 #define IFL_CLIENT_H
 
+#include <cjson/cJSON.h>
 #include <libwebsockets.h>
 #include <stdint.h>
 
 #include "rng.h"
 #include "strbuf.h"
 
-typedef enum { CLIENT_API_WS, CLIENT_API_OPENAI, CLIENT_API_TRITON } client_api;
+typedef struct client client;
+typedef struct creq creq;
+
+/* What one message from the server (a ws frame, an SSE event's data) says, as an API's parser
+ * reads it. The strings point into the parsed JSON. */
+typedef enum {
+    CLIENT_EV_NONE, /* nothing for us: ignored */
+    CLIENT_EV_HELLO,
+    CLIENT_EV_TOKEN,
+    CLIENT_EV_DONE,
+    CLIENT_EV_ERROR /* a refusal (code, message) */
+} client_ev_kind;
 
 typedef struct {
+    client_ev_kind kind;
+    const char *id; /* the request it is for, where the API multiplexes (ws); else NULL */
+    const char *text, *finish, *code, *message;
+    double ttft_ms, tps; /* done: the server's figures, where the API carries them */
+} client_event;
+
+/* One API the client speaks: a row of client_api.c's table. */
+typedef struct {
+    const char *name;        /* as given to --api */
+    int http;                /* HTTP + SSE, a connection per request; else WebSocket */
+    const char *default_url; /* --url's default */
+    lws_callback_function *callback;
+    size_t per_session_size;  /* the lws protocol's per-connection data */
+    int (*start)(client *cl); /* opens what must be open before sending; client_start once ready */
+    void (*send)(client *cl, creq *r, const char *prompt, uint64_t seed);
+    /* HTTP: the request's path after --url's prefix, "{model}" standing for the model's name;
+     * NULL for ws, whose path is --url's own */
+    const char *path;
+    const char *models[2]; /* the model names it knows the iterative and static policies by */
+    /* the request's JSON (ws: the generate frame), written into b */
+    void (*write_body)(strbuf *b, const client *cl, const creq *r, const char *prompt,
+                       uint64_t seed);
+    /* what one message (parsed JSON) says */
+    void (*parse)(const cJSON *m, client_event *ev);
+    int server_timing; /* its done carries the server's ttft and tokens/s; else ours are used */
+} client_api;
+
+struct creq {
     char id[24];
     int conn; /* ws: the socket it goes over */
     uint64_t t_send, t_first, t_last, t_done;
@@ -28,7 +69,7 @@ typedef struct {
     strbuf body; /* the JSON to send, LWS_PRE bytes ahead */
     strbuf in;   /* the answer's bytes not yet parsed (SSE events, or an error's body) */
     int status;  /* HTTP status of the answer */
-} creq;
+};
 
 typedef struct {
     struct lws *wsi;
@@ -38,12 +79,12 @@ typedef struct {
     int n_out, cap_out, head_out;
 } cconn;
 
-typedef struct {
+struct client {
     struct lws_context *ctx;
     char *url_buf;
     const char *address, *path; /* path: /ws (ws) or a prefix before /v1 and /v2 (HTTP) */
     int port;
-    client_api api;
+    const client_api *api;
     const char *api_key;
     int bench;
     /* parameters */
@@ -69,13 +110,15 @@ typedef struct {
     int failed;
     char error[256];
     int tty;
-} client;
+};
 
 /* ---- what the transports report (cmd_client.c) ---- */
 void client_start(client *cl); /* every connection is ready */
 void client_on_token(client *cl, creq *r, const char *text, uint64_t now);
 void client_on_done(client *cl, creq *r, const char *finish, uint64_t now);
 void client_on_refused(client *cl, creq *r, const char *code, const char *message, uint64_t now);
+/* What a message said, for request r (NULL: none of ours). */
+void client_on_event(client *cl, creq *r, const client_event *ev, uint64_t now);
 void client_fail(client *cl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Opens a connection to the server's path (method NULL: a WebSocket upgrade), tagged with the
  * opaque user data `tag`; NULL and client_fail when lws cannot start it. */
@@ -83,6 +126,15 @@ struct lws *client_connect(client *cl, const char *path, const char *method, int
                            struct lws **pwsi);
 /* The request of an id "<prefix><index>", or NULL. */
 creq *client_find_req(client *cl, const char *id);
+
+/* ---- client_api.c ---- */
+/* The row of the API named `name` (--api), or NULL. */
+const client_api *client_api_find(const char *name);
+/* The model name the API knows the client's policy by. */
+const char *client_model(const client *cl);
+/* The message of an error object: OpenAI's {"error":{"message","code"}} or Triton's
+ * {"error":"..."}; code gets OpenAI's code (or type), else "error". NULL: no error. */
+const char *client_error_of(const cJSON *m, const char **code);
 
 /* ---- client_ws.c ---- */
 int client_ws_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
@@ -94,8 +146,7 @@ void client_ws_free(client *cl);
 /* ---- client_http.c ---- */
 int client_http_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
                          size_t len);
-/* The model name the API knows the policy by (iterative-gpt2 / simple-gpt2 for Triton). */
-const char *client_http_model(const client *cl);
+int client_http_start(client *cl); /* nothing to open first: client_start */
 void client_http_send(client *cl, creq *r, const char *prompt, uint64_t seed);
 
 /* ---- client_demo.c ---- */

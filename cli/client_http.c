@@ -1,9 +1,9 @@
-/* client_http.c: `inflight client` over the HTTP APIs (docs/http-api.md), as their own clients
- * call them: --api openai posts /v1/completions with "stream": true (and include_usage), --api
- * triton posts /v2/models/{iterative-gpt2|simple-gpt2}/generate_stream. Each request is one POST
- * on its own connection (Content-Length body, Authorization: Bearer with --api-key); the answer
- * is Server-Sent Events, parsed here line by line: an event per token, then the one carrying the
- * finish reason. A status other than 200 is a refusal, its JSON error body printed. */
+/* client_http.c: `inflight client`'s HTTP transport, for the HTTP APIs (docs/http-api.md) as
+ * their own clients call them: each request is one POST of the API row's body to its path, on its
+ * own connection (Content-Length body, Authorization: Bearer with --api-key); the answer is
+ * Server-Sent Events, split here line by line into events that the row's parser reads: an event
+ * per token, then the one carrying the finish reason. A status other than 200 is a refusal, its
+ * JSON error body printed. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,12 +12,10 @@
 #include "client.h"
 #include "util.h"
 
-const char *client_http_model(const client *cl)
+int client_http_start(client *cl)
 {
-    int iterative = !strcmp(cl->policy, "iterative");
-    if (cl->api == CLIENT_API_TRITON)
-        return iterative ? "iterative-gpt2" : "simple-gpt2";
-    return iterative ? "iterative" : "static"; /* /v1/models's explicit ids */
+    client_start(cl); /* a connection per request, opened as it is sent */
+    return 0;
 }
 
 static creq *req_of(client *cl, struct lws *wsi)
@@ -26,27 +24,24 @@ static creq *req_of(client *cl, struct lws *wsi)
     return i >= 0 && i < cl->n_reqs ? &cl->reqs[i] : NULL;
 }
 
+/* The API's path under --url's prefix, its "{model}" replaced by the model's name. */
+static void request_path(const client *cl, char *path, size_t cap)
+{
+    const char *p = cl->api->path, *m = strstr(p, "{model}");
+    if (m)
+        snprintf(path, cap, "%s%.*s%s%s", cl->path, (int)(m - p), p, client_model(cl),
+                 m + strlen("{model}"));
+    else
+        snprintf(path, cap, "%s%s", cl->path, p);
+}
+
 void client_http_send(client *cl, creq *r, const char *prompt, uint64_t seed)
 {
     strbuf *b = &r->body;
     sb_init(b, LWS_PRE);
-    if (cl->api == CLIENT_API_OPENAI) {
-        sb_printf(b, "{\"model\":\"%s\",\"prompt\":", client_http_model(cl));
-        sb_json_str(b, prompt, strlen(prompt));
-        sb_puts(b, ",\"stream\":true,\"stream_options\":{\"include_usage\":true}");
-    } else {
-        sb_puts(b, "{\"text_input\":");
-        sb_json_str(b, prompt, strlen(prompt));
-    }
-    sb_printf(b, ",\"max_tokens\":%d,\"temperature\":%g,\"seed\":%llu%s}", cl->max_tokens,
-              cl->temperature, (unsigned long long)seed,
-              cl->ignore_eos ? ",\"ignore_eos\":true" : "");
+    cl->api->write_body(b, cl, r, prompt, seed);
     char path[1024];
-    if (cl->api == CLIENT_API_OPENAI)
-        snprintf(path, sizeof path, "%s/v1/completions", cl->path);
-    else
-        snprintf(path, sizeof path, "%s/v2/models/%s/generate_stream", cl->path,
-                 client_http_model(cl));
+    request_path(cl, path, sizeof path);
     sb_init(&r->in, 0);
     r->t_send = ifl_now_us();
     if (!sb_ok(b)) {
@@ -82,24 +77,7 @@ static int append_headers(client *cl, creq *r, struct lws *wsi, void *in, size_t
     return 0;
 }
 
-/* The message of an error object: OpenAI's {"error":{"message","code"}} or Triton's
- * {"error":"..."}; code gets OpenAI's code (or type), else "error". */
-static const char *error_of(const cJSON *m, const char **code)
-{
-    const cJSON *e = cJSON_GetObjectItemCaseSensitive(m, "error");
-    *code = "error";
-    if (cJSON_IsString(e))
-        return e->valuestring;
-    if (!cJSON_IsObject(e))
-        return NULL;
-    const char *c = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "code"));
-    const char *t = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "type"));
-    const char *msg = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "message"));
-    *code = c ? c : t ? t : "error";
-    return msg ? msg : "(no message)";
-}
-
-/* One event's data: a token, the end, or an error. */
+/* One event's data: a token, the end, or an error, as the API's parser reads it. */
 static void on_event(client *cl, creq *r, const char *data, size_t len, uint64_t now)
 {
     if (r->done || (len == 6 && !memcmp(data, "[DONE]", 6)))
@@ -109,27 +87,9 @@ static void on_event(client *cl, creq *r, const char *data, size_t len, uint64_t
         client_on_refused(cl, r, "bad_event", "an event's data is not JSON", now);
         return;
     }
-    const char *code, *msg = error_of(m, &code), *text = NULL, *finish = NULL;
-    if (cl->api == CLIENT_API_OPENAI) {
-        const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(m, "choices"), 0);
-        text = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ch, "text"));
-        finish = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ch, "finish_reason"));
-        if (!ch && !msg) {
-            cJSON_Delete(m); /* the usage chunk */
-            return;
-        }
-    } else {
-        text = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "text_output"));
-        finish = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "finish_reason"));
-    }
-    if (msg)
-        client_on_refused(cl, r, code, msg, now);
-    else if (finish)
-        client_on_done(cl, r, finish, now);
-    else if (text)
-        client_on_token(cl, r, text, now);
-    else
-        client_on_refused(cl, r, "bad_event", "an event carries neither text nor an end", now);
+    client_event ev = {.kind = CLIENT_EV_NONE};
+    cl->api->parse(m, &ev);
+    client_on_event(cl, r, &ev, now);
     cJSON_Delete(m);
 }
 
@@ -182,7 +142,7 @@ static void on_complete(client *cl, creq *r, uint64_t now)
         return;
     }
     cJSON *m = r->in.len ? cJSON_ParseWithLength(sb_text(&r->in), r->in.len) : NULL;
-    const char *code, *msg = m ? error_of(m, &code) : NULL;
+    const char *code, *msg = m ? client_error_of(m, &code) : NULL;
     char what[512];
     snprintf(what, sizeof what, "HTTP %d: %s", r->status, msg ? msg : "(no JSON error body)");
     client_on_refused(cl, r, msg ? code : "http", what, now);

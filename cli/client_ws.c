@@ -1,6 +1,7 @@
-/* client_ws.c: `inflight client` over our own /ws protocol (docs/protocol.md): --connections
- * sockets opened up front, requests spread over them round-robin as generate frames, and the
- * hello, token, done and error frames that come back handed to cmd_client.c. */
+/* client_ws.c: `inflight client`'s WebSocket transport, for our own /ws protocol
+ * (docs/protocol.md): --connections sockets opened up front, requests spread over them
+ * round-robin as the API row's frames, and the frames that come back read by its parser and
+ * handed to cmd_client.c (the hellos here: once every socket said one, the sends start). */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,20 +36,9 @@ void client_ws_send(client *cl, creq *r, const char *prompt, uint64_t seed)
 {
     strbuf sb;
     sb_init(&sb, LWS_PRE);
-    sb_puts(&sb, "{\"type\":\"generate\",\"id\":");
-    sb_json_str(&sb, r->id, strlen(r->id));
-    sb_puts(&sb, ",\"prompt\":");
-    sb_json_str(&sb, prompt, strlen(prompt));
-    sb_printf(&sb, ",\"model\":\"%s\",\"max_tokens\":%d,\"temperature\":%g,\"seed\":%llu%s}",
-              cl->policy, cl->max_tokens, cl->temperature, (unsigned long long)seed,
-              cl->ignore_eos ? ",\"ignore_eos\":true" : "");
+    cl->api->write_body(&sb, cl, r, prompt, seed);
     r->t_send = ifl_now_us();
     conn_queue(cl, r->conn, &sb);
-}
-
-static const char *str_item(const cJSON *m, const char *key)
-{
-    return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, key));
 }
 
 static void on_frame(client *cl, int ci, const char *text, size_t len)
@@ -57,33 +47,17 @@ static void on_frame(client *cl, int ci, const char *text, size_t len)
     cJSON *m = cJSON_ParseWithLength(text, len);
     if (!m)
         return;
-    const char *type = str_item(m, "type"), *id = str_item(m, "id");
-    creq *r = id ? client_find_req(cl, id) : NULL;
-    if (!type) {
-        /* not one of ours: ignored */
-    } else if (!strcmp(type, "hello")) {
+    client_event ev = {.kind = CLIENT_EV_NONE};
+    cl->api->parse(m, &ev);
+    if (ev.kind == CLIENT_EV_HELLO) {
         if (!cl->conns[ci].ready) {
             cl->conns[ci].ready = 1;
             cl->n_ready++;
         }
         if (cl->n_ready == cl->n_conns && cl->phase == 0)
             client_start(cl);
-    } else if (!strcmp(type, "token") && r) {
-        client_on_token(cl, r, str_item(m, "text"), now);
-    } else if (!strcmp(type, "done") && r && !r->done) {
-        const cJSON *timing = cJSON_GetObjectItemCaseSensitive(m, "timing");
-        const cJSON *tt = cJSON_GetObjectItemCaseSensitive(timing, "ttft_ms");
-        const cJSON *tp = cJSON_GetObjectItemCaseSensitive(timing, "tokens_per_s");
-        r->ttft_ms = cJSON_IsNumber(tt) ? tt->valuedouble : 0;
-        r->tps = cJSON_IsNumber(tp) ? tp->valuedouble : 0;
-        client_on_done(cl, r, str_item(m, "finish_reason"), now);
-    } else if (!strcmp(type, "error")) {
-        const char *msg = str_item(m, "message"), *code = str_item(m, "code");
-        if (r)
-            client_on_refused(cl, r, code, msg, now);
-        else
-            fprintf(stderr, "\ninflight client: the server said: %s: %s\n", code ? code : "?",
-                    msg ? msg : "?");
+    } else {
+        client_on_event(cl, ev.id ? client_find_req(cl, ev.id) : NULL, &ev, now);
     }
     cJSON_Delete(m);
 }

@@ -1,5 +1,5 @@
 /* cmd_client.c: `inflight client`: a client of a running `inflight serve`, over /ws (default) or,
- * with --api openai|triton, the HTTP APIs (client_ws.c, client_http.c).
+ * with --api openai|triton, the HTTP APIs (the table in client_api.c; client_ws.c, client_http.c).
  * Demo (default): the seed's terminal demo: "Programming in C++ is like" and "Programming in
  * Assembly is like" sent 50 ms apart to one policy, streamed side by side in two columns
  * (client_demo.c), again and again until Ctrl+C (--rounds N to stop after N).
@@ -116,14 +116,6 @@ static void on_sigint(int sig)
 
 static void schedule(client *cl, uint64_t at_us);
 
-static void send_request(client *cl, creq *r, const char *prompt, uint64_t seed)
-{
-    if (cl->api == CLIENT_API_WS)
-        client_ws_send(cl, r, prompt, seed);
-    else
-        client_http_send(cl, r, prompt, seed);
-}
-
 static int32_t total_requests(const client *cl)
 {
     if (!cl->bench)
@@ -161,8 +153,8 @@ static void on_timer(lws_sorted_usec_list_t *sul)
         snprintf(r->id, sizeof r->id, "demo%d", cl->n_sent);
         sb_init(&r->text, 0);
         r->conn = 0;
-        send_request(cl, r, k ? cl->prompt2 : cl->prompt1,
-                     cl->seed + (uint64_t)cl->round * 2 + (uint64_t)k);
+        cl->api->send(cl, r, k ? cl->prompt2 : cl->prompt1,
+                      cl->seed + (uint64_t)cl->round * 2 + (uint64_t)k);
         cl->n_sent++;
         if (k == 0)
             schedule(cl, now + 50000);
@@ -174,7 +166,7 @@ static void on_timer(lws_sorted_usec_list_t *sul)
         creq *r = &cl->reqs[cl->n_sent];
         snprintf(r->id, sizeof r->id, "b%s%d", cl->policy, cl->n_sent);
         r->conn = cl->n_sent % cl->n_conns;
-        send_request(cl, r, cl->prompt, cl->seed + (uint64_t)cl->n_sent);
+        cl->api->send(cl, r, cl->prompt, cl->seed + (uint64_t)cl->n_sent);
         cl->n_sent++;
         if (cl->rate > 0)
             cl->next_send_us +=
@@ -333,7 +325,7 @@ void client_on_done(client *cl, creq *r, const char *finish, uint64_t now)
     r->done = 1;
     r->t_done = now;
     snprintf(r->finish, sizeof r->finish, "%s", finish ? finish : "?");
-    if (cl->api != CLIENT_API_WS) { /* the HTTP APIs carry no timing: ours, from the client */
+    if (!cl->api->server_timing) { /* the API carries no timing: ours, from the client */
         r->ttft_ms = r->tokens ? (double)(r->t_first - r->t_send) / 1e3 : 0;
         r->tps = r->tokens > 1 && r->t_last > r->t_first
                      ? (r->tokens - 1) / ((double)(r->t_last - r->t_first) / 1e6)
@@ -352,6 +344,30 @@ void client_on_refused(client *cl, creq *r, const char *code, const char *messag
     r->failed = 1;
     r->t_done = now;
     request_finished(cl);
+}
+
+void client_on_event(client *cl, creq *r, const client_event *ev, uint64_t now)
+{
+    if (!r) {
+        if (ev->kind == CLIENT_EV_ERROR)
+            fprintf(stderr, "\ninflight client: the server said: %s: %s\n",
+                    ev->code ? ev->code : "?", ev->message ? ev->message : "?");
+        return;
+    }
+    switch (ev->kind) {
+    case CLIENT_EV_TOKEN: client_on_token(cl, r, ev->text, now); break;
+    case CLIENT_EV_DONE:
+        if (r->done)
+            break;
+        if (cl->api->server_timing) {
+            r->ttft_ms = ev->ttft_ms;
+            r->tps = ev->tps;
+        }
+        client_on_done(cl, r, ev->finish, now);
+        break;
+    case CLIENT_EV_ERROR: client_on_refused(cl, r, ev->code, ev->message, now); break;
+    default: break;
+    }
 }
 
 /* ---- results ------------------------------------------------------------------------------ */
@@ -406,8 +422,8 @@ static int run_once(client *cl)
     struct lws_protocols protocols[2];
     memset(protocols, 0, sizeof protocols);
     protocols[0].name = "inflight-client";
-    protocols[0].callback = cl->api == CLIENT_API_WS ? client_ws_callback : client_http_callback;
-    protocols[0].per_session_data_size = cl->api == CLIENT_API_WS ? sizeof(strbuf) : 0;
+    protocols[0].callback = cl->api->callback;
+    protocols[0].per_session_data_size = cl->api->per_session_size;
     struct lws_context_creation_info info;
     memset(&info, 0, sizeof info);
     info.port = CONTEXT_PORT_NO_LISTEN;
@@ -427,10 +443,7 @@ static int run_once(client *cl)
     cl->n_ready = cl->n_sent = cl->n_done = cl->round = cl->round_base = 0;
     cl->n_itl = 0;
     ifl_rng_seed(&cl->arrivals, cl->seed);
-    if (cl->api == CLIENT_API_WS)
-        client_ws_connect(cl); /* client_start once every socket said hello */
-    else
-        client_start(cl); /* a connection per request */
+    cl->api->start(cl); /* client_start once ready */
     progress(cl);
     while (cl->phase != 2 && !g_interrupted)
         if (lws_service(cl->ctx, 0) < 0)
@@ -477,18 +490,17 @@ static int settle_options(client_opts *o, const char *policies[2], int *n_pol)
         return cli_usage_error(cmd, cl->bench ? "--model must be iterative, static or both"
                                               : "--model must be iterative or static");
     }
-    cl->api = !strcmp(o->api, "openai")   ? CLIENT_API_OPENAI
-              : !strcmp(o->api, "triton") ? CLIENT_API_TRITON
-                                          : CLIENT_API_WS;
+    cl->api = client_api_find(o->api); /* one of OPTS's words: each has its row */
+    if (!cl->api)
+        return cli_usage_error(cmd, "--api: no such API");
     const char *key = cl->api_key;
     if (key && (!*key || strlen(key) > 512 || strpbrk(key, " \t\r\n")))
         return cli_usage_error(cmd, "--api-key must be 1 to 512 characters without whitespace");
-    int http = cl->api != CLIENT_API_WS;
-    if (http && o->conns > 0)
+    if (cl->api->http && o->conns > 0)
         return cli_usage_error(cmd, "--connections is for --api ws (over HTTP each request has "
                                     "its own connection)");
     if (!o->url)
-        o->url = http ? "http://127.0.0.1:8080" : "ws://127.0.0.1:8080/ws";
+        o->url = cl->api->default_url;
     int32_t most = cl->rate > 0 ? cl->n_open : cl->concurrency;
     cl->n_conns = !cl->bench                     ? 1
                   : o->conns > 0                 ? o->conns
@@ -501,7 +513,7 @@ static int settle_options(client_opts *o, const char *policies[2], int *n_pol)
 static int parse_url(client *cl, const char *url, char *pathbuf, size_t cap)
 {
     const char *cmd = "client";
-    int http = cl->api != CLIENT_API_WS;
+    int http = cl->api->http;
     /* scheme://host:port/path; lws_parse_uri drops the path's leading '/' */
     cl->url_buf = strdup(url);
     const char *prot = NULL, *path = NULL;
@@ -523,12 +535,13 @@ static int parse_url(client *cl, const char *url, char *pathbuf, size_t cap)
     return 0;
 }
 
-static void print_bench_header(const client *cl, const char *url, const char *api)
+static void print_bench_header(const client *cl, const char *url)
 {
-    if (cl->api != CLIENT_API_WS)
+    if (cl->api->http)
         printf("inflight client --bench: %s (%s API, a connection per request); prompt "
                "\"%s\", max_tokens %d%s\n",
-               url, api, cl->prompt, cl->max_tokens, cl->ignore_eos ? " (ignore_eos)" : "");
+               url, cl->api->name, cl->prompt, cl->max_tokens,
+               cl->ignore_eos ? " (ignore_eos)" : "");
     else
         printf("inflight client --bench: %s; prompt \"%s\", max_tokens %d%s, %d "
                "connection(s)\n",
@@ -594,7 +607,7 @@ int cmd_client(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     if (cl->bench)
-        print_bench_header(cl, o.url, o.api);
+        print_bench_header(cl, o.url);
     int rc = run_policies(cl, policies, n_pol);
     free(cl->itl);
     free(cl->url_buf);
