@@ -80,13 +80,13 @@ static void owner_remove(req_owner *o, srv_req *r)
     r->owner = NULL;
 }
 
+/* Each of the owner's requests by its batcher id: never the whole session, which other owners
+ * may share (OpenAI's "user" puts every connection naming it in one). */
 void req_owner_cancel_all(req_layer *L, req_owner *o)
 {
-    if (!o->n_reqs)
-        return;
-    for (int p = 0; p < IFL_N_POLICIES; p++)
-        if (L->b[p])
-            ifl_batcher_cancel_session(L->b[p], o->session);
+    for (srv_req *r = o->reqs; r; r = r->next)
+        if (L->b[r->policy])
+            ifl_batcher_cancel(L->b[r->policy], r->rid);
 }
 
 void req_owner_gone(req_layer *L, req_owner *o)

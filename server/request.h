@@ -89,7 +89,8 @@ typedef struct {
 struct req_owner {
     const req_sink *sink;
     void *fe;                     /* the front end's connection */
-    uint64_t session;             /* fairness and cancel-all in the batchers */
+    uint64_t session;             /* fairness in the batchers; shared by the owners of a
+                                     session (cancels go by request, never by session) */
     char session_hex[REQ_SESSION_HEX]; /* as logged (req_session_hex) */
     int32_t max_inflight;         /* requests in flight at most */
     uint8_t peer[REQ_PEER_BYTES]; /* the client's address (reqlog_peer_key): the budget of
@@ -156,7 +157,8 @@ srv_req *req_submit(req_layer *L, req_owner *o, req_params *p, uint64_t t_arriva
 /* Cancels the owner's request `id`; an unknown id is answered with an unknown_id error. */
 void req_cancel(req_layer *L, req_owner *o, const char *id);
 
-/* Cancels everything the owner has in flight (their done events still come). */
+/* Cancels everything the owner has in flight, request by request: other owners' requests in the
+ * same session go on (their done events still come). */
 void req_owner_cancel_all(req_layer *L, req_owner *o);
 
 /* The owner goes away: its requests are cancelled and their events dropped when they arrive. */

@@ -5,8 +5,8 @@
  * out of the vocabulary, prompt + max_tokens over the context, the batcher's queue full) with their
  * codes and messages naming the value; the seed (given, or drawn below 2^53); the events routed
  * back in order with the finished request's result and metrics; cancel (known and unknown ids),
- * cancel-all and an owner that went away; and a lost token event ending its request with
- * out_of_memory. Usage: test_request <vocab-dir>. */
+ * cancel-all and an owner that went away (only its own requests: another owner's in the same
+ * session runs on); and a lost token event ending its request with out_of_memory. Usage: test_request <vocab-dir>. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -515,20 +515,31 @@ static void check_cancel_unknown(void)
 }
 
 /* An owner that goes away: its request is cancelled, none of its events reach the sink, and it is
- * freed (valgrind) when its done arrives, counted as cancelled. */
+ * freed (valgrind) when its done arrives, counted as cancelled. Another owner in the same session
+ * (OpenAI's "user" shares one between connections) keeps its request: it runs to its length. */
 static void check_owner_gone(void)
 {
-    req_owner o;
+    req_owner o, other;
     req_owner_init(&o, &sink, NULL, 7, 4);
+    req_owner_init(&other, &sink, NULL, 7, 4);
     const int pol = IFL_POLICY_ITERATIVE;
-    uint64_t cancelled = m.requests[pol][IFL_FINISH_CANCELLED];
+    uint64_t cancelled = m.requests[pol][IFL_FINISH_CANCELLED], dones = rec.dones;
+    int from = rec.n;
+    req_params q = params("stays", 200);
+    CHECK(submit(&other, &q) != NULL);
     req_params p = params("gone", N_CTX - prompt_tokens());
     CHECK(submit(&o, &p) != NULL);
-    int from = rec.n;
     req_owner_gone(&L, &o);
     CHECK(o.reqs == NULL && o.n_reqs == 0);
+    CHECK(other.n_reqs == 1);
     drain_until(&m.requests[pol][IFL_FINISH_CANCELLED], cancelled + 1, NULL, 0);
-    CHECKF(rec.n == from, "%d sink calls for an owner that went away", rec.n - from);
+    drain_until(&rec.dones, dones + 1, NULL, 0);
+    int gone_calls = count_calls(from, 'q', "gone") + count_calls(from, 's', "gone") +
+                     count_calls(from, 't', "gone") + count_calls(from, 'd', "gone");
+    CHECKF(gone_calls == 0, "%d sink calls for an owner that went away", gone_calls);
+    check_ran(from, "stays", 200, IFL_FINISH_LENGTH);
+    CHECK(other.n_reqs == 0);
+    CHECK(m.requests[pol][IFL_FINISH_CANCELLED] == cancelled + 1);
 }
 
 /* A token event lost on the way (its item could not be allocated): no token after the gap is
