@@ -3,12 +3,15 @@
  * realpath must stay inside web/), /healthz, /readyz, /metrics, the history API (http_history.c:
  * answered by the history thread through the bridge), Triton's probes and metadata under /v2
  * (http_v2.c), OpenAI's GET /v1/models; POST .../generate[_stream], /v1/completions and
- * /v1/chat/completions go to http_gen.c. Before its route: the Host (and a POST's Origin) checked,
- * 431 for a header longer than its buffer (never read as absent); then 405 with Allow for another
- * method (404 under /v1 and /v2 for a path there is not), and 401 without the API key where the
- * route shows or changes data. Errors in the API's shape: OpenAI's under /v1, Triton's {"error"}
- * under /v2, {"error"} elsewhere. Every response carries nosniff, no-referrer and a strict
- * Content-Security-Policy; /ws without an upgrade is 426. Service thread. */
+ * /v1/chat/completions go to http_gen.c; vLLM's tokenizer endpoints (/tokenize, /detokenize,
+ * /tokenizer_info) to http_tokenize.c, with /v1's rules. Before its route: the Host (and a POST's
+ * Origin) checked, 431 for a header longer than its buffer (never read as absent); then 405 with
+ * Allow for another method (404 under /v1 and /v2 for a path there is not), and 401 without the API
+ * key where the route shows or changes data. Errors in the API's shape: OpenAI's under /v1,
+ * Triton's {"error"} under /v2, {"error"} elsewhere. CORS on /v1, /v2 and the tokenizer's routes: a
+ * preflight from an allowed origin is 204, and every answer to one carries
+ * Access-Control-Allow-Origin. Every response carries nosniff, no-referrer and a strict CSP; /ws
+ * without an upgrade is 426. Service thread. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -156,6 +159,13 @@ static int web_path_ok(const char *p)
     }
 }
 
+static int put_header(struct lws *wsi, const char *name, const char *value, unsigned char **p,
+                      unsigned char *end)
+{
+    return lws_add_http_header_by_name(wsi, (const unsigned char *)name,
+                                       (const unsigned char *)value, (int)strlen(value), p, end);
+}
+
 int http_headers(struct lws *wsi, int status, const char *ctype, size_t len, int chunked,
                  const char *extra_name, const char *extra_value)
 {
@@ -180,13 +190,10 @@ int http_headers(struct lws *wsi, int status, const char *ctype, size_t len, int
          "script-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"},
     };
     for (size_t i = 0; i < sizeof hdrs / sizeof hdrs[0]; i++)
-        if (lws_add_http_header_by_name(wsi, (const unsigned char *)hdrs[i][0],
-                                        (const unsigned char *)hdrs[i][1], (int)strlen(hdrs[i][1]),
-                                        &p, end))
+        if (put_header(wsi, hdrs[i][0], hdrs[i][1], &p, end))
             return -1;
-    if (extra_name && lws_add_http_header_by_name(wsi, (const unsigned char *)extra_name,
-                                                  (const unsigned char *)extra_value,
-                                                  (int)strlen(extra_value), &p, end))
+    if (http_cors_headers(wsi, &p, end) ||
+        (extra_name && put_header(wsi, extra_name, extra_value, &p, end)))
         return -1;
     return lws_finalize_write_http_header(wsi, start, &p, end) ? -1 : 0;
 }
@@ -479,6 +486,9 @@ static const http_route ROUTES[] = {
     {"/v1/completions", M_POST, KEY_YES, SHAPE_OPENAI, r_generate, NULL},
     {"/v1/chat/completions", M_POST, KEY_YES, SHAPE_OPENAI, r_generate, NULL},
     {"/v1/**", M_ANY, KEY_YES, SHAPE_OPENAI, r_not_found, NULL},
+    {"/tokenize", M_POST, KEY_YES, SHAPE_OPENAI, http_tokenize, NULL},
+    {"/detokenize", M_POST, KEY_YES, SHAPE_OPENAI, http_detokenize, NULL},
+    {"/tokenizer_info", M_GET | M_HEAD, KEY_YES, SHAPE_OPENAI, http_tokenizer_info, NULL},
     {"/v2", M_GET | M_HEAD, KEY_NO, SHAPE_TRITON, http_v2, NULL},
     {"/v2/models/*/generate", M_POST, KEY_YES, SHAPE_TRITON, r_generate, NULL},
     {"/v2/models/*/generate_stream", M_POST, KEY_YES, SHAPE_TRITON, r_generate, NULL},
@@ -542,8 +552,57 @@ static int wrong_method(srv_conn *c, struct lws *wsi, const http_route *r, const
                         msg, head_only, "allow:", post ? "POST" : "GET, HEAD");
 }
 
-/* A request: the Host (and for a POST the Origin) checked, then its route's method and API key. A
- * refused request's body is not read: its connection closes after the answer. */
+/* ---- CORS: the routes of /v1, /v2 and the tokenizer (shape not plain) ------------------------ */
+
+int http_cors_headers(struct lws *wsi, unsigned char **p, unsigned char *end)
+{
+    const srv_conn *c = lws_wsi_user(wsi);
+    if (!c || !c->cors_origin[0])
+        return 0;
+    return put_header(wsi, "access-control-allow-origin:", c->cors_origin, p, end) ||
+                   put_header(wsi, "vary:", "Origin", p, end)
+               ? -1
+               : 0;
+}
+
+/* c->cors_origin: the request's Origin when its route takes CORS and the Origin is allowed
+ * (origin.h: --allowed-origins, or this server's own), else "". */
+static void cors_note(const server *s, srv_conn *c, struct lws *wsi, const http_route *r)
+{
+    char host[256];
+    if (r->shape == SHAPE_PLAIN ||
+        lws_hdr_copy(wsi, c->cors_origin, sizeof c->cors_origin, WSI_TOKEN_ORIGIN) <= 0 ||
+        lws_hdr_copy(wsi, host, sizeof host, WSI_TOKEN_HOST) < 0 ||
+        !origin_allowed(s->o->allowed_origins, c->cors_origin, host))
+        c->cors_origin[0] = 0;
+}
+
+/* A CORS preflight (OPTIONS on a CORS route, its Origin allowed): 204 with what may be sent. */
+static int cors_preflight(srv_conn *c, struct lws *wsi, const http_route *r)
+{
+    uint8_t hbuf[LWS_PRE + 1024], *start = hbuf + LWS_PRE, *p = start, *end = hbuf + sizeof hbuf;
+    const char *methods = r->methods == M_POST         ? "POST, OPTIONS"
+                          : (r->methods & M_POST) != 0 ? "GET, HEAD, POST, OPTIONS"
+                                                       : "GET, HEAD, OPTIONS";
+    const char *const hdrs[][2] = {
+        {"access-control-allow-methods:", methods},
+        {"access-control-allow-headers:", "Authorization, Content-Type"},
+        {"access-control-max-age:", "600"},
+        {"content-length:", "0"},
+    };
+    if (lws_add_http_header_status(wsi, HTTP_STATUS_NO_CONTENT, &p, end) ||
+        http_cors_headers(wsi, &p, end))
+        return -1;
+    for (size_t i = 0; i < sizeof hdrs / sizeof hdrs[0]; i++)
+        if (put_header(wsi, hdrs[i][0], hdrs[i][1], &p, end))
+            return -1;
+    if (lws_finalize_write_http_header(wsi, start, &p, end) || c->http_close_after)
+        return -1;
+    return lws_http_transaction_completed(wsi) ? -1 : 0;
+}
+
+/* A request: the Host (and for a POST or a preflight the Origin) checked, then its route's method
+ * and API key. A refused request's body is not read: its connection closes after the answer. */
 static int http_request(server *s, srv_conn *c, struct lws *wsi, const char *path)
 {
     s->m.http_requests++;
@@ -554,8 +613,11 @@ static int http_request(server *s, srv_conn *c, struct lws *wsi, const char *pat
     unsigned method = request_method(wsi);
     int head = method == M_HEAD;
     const http_route *r = route_of(path);
+    int preflight = method == M_OTHER && r->shape != SHAPE_PLAIN &&
+                    lws_hdr_total_length(wsi, WSI_TOKEN_OPTIONS_URI) > 0;
     char why[124];
-    int refusal = srv_refusal(s, wsi, method == M_POST, why, sizeof why);
+    c->cors_origin[0] = 0;
+    int refusal = srv_refusal(s, wsi, method == M_POST || preflight, why, sizeof why);
     c->http_close_after = refusal || !(method & (M_GET | M_HEAD));
     if (refusal == 2)
         return too_large(s, c, wsi, r->shape, why, head);
@@ -564,6 +626,9 @@ static int http_request(server *s, srv_conn *c, struct lws *wsi, const char *pat
         return shaped_error(c, wsi, r->shape, HTTP_STATUS_FORBIDDEN, IFL_CODE_FORBIDDEN, why, head,
                             NULL, NULL);
     }
+    cors_note(s, c, wsi, r);
+    if (preflight)
+        return cors_preflight(c, wsi, r);
     if (!(r->methods & method))
         return wrong_method(c, wsi, r, path, head);
     int key = r->key == KEY_NO ? 1 : api_key_check(s, wsi, r->key == KEY_URL);

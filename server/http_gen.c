@@ -42,6 +42,7 @@ struct http_gen {
     int chunked;    /* Transfer-Encoding: chunked, decoded by dec */
     int body_whole; /* chunked: the last chunk came; later bytes are not this request's */
     http_chunked dec;
+    http_body_fn on_body; /* a body answered by a handler of its own (the tokenizer's), or NULL */
     /* the answer */
     uint64_t t_arrival; /* monotonic us: the request's headers arrived */
     int submitted;      /* the request layer has it: sink calls will come */
@@ -108,7 +109,7 @@ static int sse_headers(struct lws *wsi, int close, int plain)
         {"x-content-type-options:", "nosniff"},
         {"transfer-encoding:", "chunked"},
     };
-    if (lws_add_http_header_status(wsi, HTTP_STATUS_OK, &p, end))
+    if (lws_add_http_header_status(wsi, HTTP_STATUS_OK, &p, end) || http_cors_headers(wsi, &p, end))
         return -1;
     for (size_t i = 0; i < sizeof hdrs / sizeof hdrs[0] - (size_t)plain; i++)
         if (lws_add_http_header_by_name(wsi, (const unsigned char *)hdrs[i][0],
@@ -388,19 +389,12 @@ static int chunked_body(server *s, srv_conn *c, struct lws *wsi, const void *in,
     return http_gen_body_done(s, c, wsi);
 }
 
-int http_gen_begin(server *s, srv_conn *c, struct lws *wsi, const char *path)
+/* The checks before a body is read (the server ready, its Content-Type, its framing and size),
+ * then the body is read into a new c->gen for ri's API (on_body: for that handler instead). */
+static int begin_body(server *s, srv_conn *c, struct lws *wsi, http_req_info ri,
+                      http_body_fn on_body)
 {
-    http_req_info ri;
     char msg[300];
-    int rt = route(path, &ri, msg, sizeof msg);
-    if (rt == -2) {
-        return gen_error_answer(c, wsi, &ri, HTTP_STATUS_NOT_FOUND, IFL_CODE_UNKNOWN_MODEL, "model",
-                                msg, 1);
-    }
-    if (!srv_api_key_ok(s, wsi, 0)) {
-        c->http_close_after = 1; /* the body is not read */
-        return http_unauthorized(s, c, wsi, HTTP_APIS[ri.api].front_end);
-    }
     if (s->rl.stopping || !atomic_load(&s->ready))
         return gen_error_answer(
             c, wsi, &ri, HTTP_STATUS_SERVICE_UNAVAILABLE, IFL_CODE_SHUTTING_DOWN, NULL,
@@ -445,6 +439,7 @@ int http_gen_begin(server *s, srv_conn *c, struct lws *wsi, const char *path)
     g->t_arrival = ifl_now_us();
     g->body_cap = (size_t)len;
     g->chunked = chunked;
+    g->on_body = on_body;
     if (chunked) {
         http_chunked_init(&g->dec);
         c->http_close_after = 1;
@@ -459,6 +454,28 @@ int http_gen_begin(server *s, srv_conn *c, struct lws *wsi, const char *path)
     if (!len && !chunked) /* lws sends no BODY_COMPLETION for an empty body */
         return http_gen_body_done(s, c, wsi);
     return 0;
+}
+
+int http_gen_begin(server *s, srv_conn *c, struct lws *wsi, const char *path)
+{
+    http_req_info ri;
+    char msg[300];
+    int rt = route(path, &ri, msg, sizeof msg);
+    if (rt == -2) {
+        return gen_error_answer(c, wsi, &ri, HTTP_STATUS_NOT_FOUND, IFL_CODE_UNKNOWN_MODEL, "model",
+                                msg, 1);
+    }
+    if (!srv_api_key_ok(s, wsi, 0)) {
+        c->http_close_after = 1; /* the body is not read */
+        return http_unauthorized(s, c, wsi, HTTP_APIS[ri.api].front_end);
+    }
+    return begin_body(s, c, wsi, ri, NULL);
+}
+
+int http_gen_begin_body(server *s, srv_conn *c, struct lws *wsi, http_body_fn on_body)
+{
+    http_req_info ri = {.api = HTTP_API_COMPLETIONS}; /* its errors: OpenAI's shape */
+    return begin_body(s, c, wsi, ri, on_body);
 }
 
 int http_gen_body(server *s, srv_conn *c, struct lws *wsi, const void *in, size_t len)
@@ -560,6 +577,16 @@ int http_gen_body_done(server *s, srv_conn *c, struct lws *wsi)
     http_gen *g = c->gen;
     if (!g)
         return 0;
+    if (g->on_body) { /* the handler answers: the body is its own */
+        http_body_fn fn = g->on_body;
+        char *body = g->body;
+        size_t n = g->body_len;
+        g->body = NULL;
+        gen_free(c);
+        int rc = fn(s, c, wsi, body, n);
+        free(body);
+        return rc;
+    }
     proto_error pe;
     memset(&pe, 0, sizeof pe);
     req_params p;

@@ -78,8 +78,9 @@ typedef struct srv_conn {
     /* HTTP: the response being written */
     char *http_body;
     size_t http_len, http_sent;
-    int http_close_after; /* close the connection once this response is out */
-    http_gen *gen;        /* an HTTP generation request: its body, then its answer */
+    int http_close_after;  /* close the connection once this response is out */
+    char cors_origin[256]; /* CORS: the Origin its answer allows (http.c), or "" for none */
+    http_gen *gen;         /* an HTTP generation request: its body, then its answer */
     /* HTTP: an answer computed elsewhere (history), written at the next HTTP_WRITEABLE */
     history_job *job; /* waiting for it; job->tag is this connection */
     history_job *answer;
@@ -147,6 +148,9 @@ void http_history_answer(server *s, history_job *j);
  * head_only or empty. -1: close the connection. */
 int http_respond(srv_conn *c, struct lws *wsi, int status, const char *ctype, char *body,
                  size_t len, int head_only, const char *extra_name, const char *extra_value);
+/* CORS: Access-Control-Allow-Origin (the request's allowed origin) and Vary: Origin, added at *p
+ * when the request's route takes CORS and its Origin is allowed (else nothing); -1 no room. */
+int http_cors_headers(struct lws *wsi, unsigned char **p, unsigned char *end);
 /* The same for a JSON body built in sb (pre 0), which it takes (-1 when sb ran out of memory). */
 int http_respond_json(srv_conn *c, struct lws *wsi, int status, strbuf *sb, int head_only,
                       const char *extra_name, const char *extra_value);
@@ -169,12 +173,22 @@ int http_v2(server *s, srv_conn *c, struct lws *wsi, const char *path, int head_
  * name, an OpenAI model id meaning iterative. */
 const char *http_gen_served_name(const server *s);
 int http_gen_begin(server *s, srv_conn *c, struct lws *wsi, const char *path);
+/* A POST whose body a handler of its own answers (the tokenizer endpoints, http_tokenize.c): the
+ * same checks and reading as a generation body's (errors in OpenAI's shape), then on_body(body,
+ * len: not NUL-terminated, freed after it returns). */
+typedef int (*http_body_fn)(server *s, srv_conn *c, struct lws *wsi, const char *body, size_t len);
+int http_gen_begin_body(server *s, srv_conn *c, struct lws *wsi, http_body_fn on_body);
 int http_gen_body(server *s, srv_conn *c, struct lws *wsi, const void *in, size_t len);
 int http_gen_body_done(server *s, srv_conn *c, struct lws *wsi);
 int http_gen_streaming(const srv_conn *c);
 int http_gen_writeable(srv_conn *c, struct lws *wsi);
 void http_gen_closed(server *s, srv_conn *c);
 void http_gen_conn_closed(server *s, struct lws *wsi); /* CLOSED_HTTP: the session ends */
+/* http_tokenize.c (service thread): the routes POST /tokenize, POST /detokenize and GET/HEAD
+ * /tokenizer_info (vLLM's tokenizer endpoints). */
+int http_tokenize(server *s, srv_conn *c, struct lws *wsi, const char *path, int head_only);
+int http_detokenize(server *s, srv_conn *c, struct lws *wsi, const char *path, int head_only);
+int http_tokenizer_info(server *s, srv_conn *c, struct lws *wsi, const char *path, int head_only);
 /* A user key is 16..64 of A-Z a-z 0-9 _ -; kept only as its SHA-256 (hex). -1 if it does not fit.
  */
 int srv_user_key_hash(const char *key, char hex[65]);

@@ -60,7 +60,7 @@ async function raw(port, method, target, headers = {}, body = null) {
 
 // The API whose error shape a path gets.
 function shapeOf(p) {
-  if (p.startsWith('/v1/')) return 'openai';
+  if (p.startsWith('/v1/') || ['/tokenize', '/detokenize', '/tokenizer_info'].includes(p)) return 'openai';
   if (p === '/v2' || p.startsWith('/v2/')) return 'triton';
   return 'plain';
 }
