@@ -38,6 +38,7 @@ static void reset_line(wire_state *w)
     w->line_len = 0;
     w->in_value = 0;
     w->name_len = w->value_len = w->name_long = 0;
+    w->value_lead = w->value_padded = 0;
 }
 
 __attribute__((format(printf, 3, 4))) static wire_verdict fail(wire_state *w, wire_verdict v,
@@ -106,8 +107,10 @@ static wire_verdict content_length(wire_state *w)
 static wire_verdict end_header(wire_state *w)
 {
     while (w->value_len &&
-           (w->value[w->value_len - 1] == ' ' || w->value[w->value_len - 1] == '\t'))
+           (w->value[w->value_len - 1] == ' ' || w->value[w->value_len - 1] == '\t')) {
         w->value_len--;
+        w->value_padded = 1;
+    }
     if (name_is(w, "content-length"))
         return content_length(w);
     if (name_is(w, "transfer-encoding")) {
@@ -123,12 +126,15 @@ static wire_verdict end_header(wire_state *w)
     }
     else if (name_is(w, "upgrade")) {
         /* lws 4.1.6 answers another protocol 403, ends the transaction (freeing the head's
-         * table) and then reads the value again (fuzz_http_seq: a use after free) */
+         * table) and then reads the value again (fuzz_http_seq: a use after free). The value is
+         * compared as lws keeps it: it swallows one leading space, not a tab or a second space,
+         * and keeps trailing white space ("websocket\t" was another protocol to it) */
         int ws = w->value_len == 9 && !memcmp(w->value, "websocket", 9);
-        if (!ws && !(w->value_len == 3 && !memcmp(w->value, "h2c", 3))) {
+        if (w->value_padded || (!ws && !(w->value_len == 3 && !memcmp(w->value, "h2c", 3)))) {
             char shown[sizeof w->value + 1];
             show(w->value, w->value_len, shown, sizeof shown);
-            return fail(w, WIRE_BAD_HEAD, "Upgrade \"%s\": only websocket is served", shown);
+            return fail(w, WIRE_BAD_HEAD, "Upgrade \"%s\"%s: only websocket is served", shown,
+                        w->value_padded ? " with white space around it" : "");
         }
         w->upgrade_ws |= ws;
     }
@@ -272,8 +278,11 @@ static wire_verdict header_byte(wire_state *w, uint8_t c)
             w->name_long = 1;
         return WIRE_OK;
     }
-    if (!w->value_len && (c == ' ' || c == '\t'))
+    if (!w->value_len && (c == ' ' || c == '\t')) {
+        if (c == '\t' || w->value_lead++) /* lws swallows one space */
+            w->value_padded = 1;
         return WIRE_OK; /* leading white space */
+    }
     if (w->value_len < sizeof w->value)
         w->value[w->value_len++] = lower(c);
     return WIRE_OK;

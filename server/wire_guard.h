@@ -43,6 +43,9 @@ typedef struct {
     uint8_t in_value; /* header line: past its ':' */
     uint8_t upgrade_ws, connection_upgrade, is_get, chunked, has_length;
     uint8_t name_len, value_len, name_long;
+    uint8_t value_lead, value_padded; /* white space bytes before the value; 1: the value has
+                                         white space lws keeps (more than one leading space, a tab,
+                                         or trailing) */
     char name[20];     /* this header line's name, lower case (the first 20 bytes) */
     char value[40];    /* and its value (the first 40 bytes, lower case, spaces trimmed) */
     uint32_t head_len; /* bytes of this head so far */

@@ -146,6 +146,7 @@ static void valid_streams(void)
 
     /* an upgrade that lws will not make (no Connection: upgrade, or not GET): still HTTP after */
     puts_(&b, "GET /ws HTTP/1.1\r\nUpgrade: websocket\r\n\r\n");
+    puts_(&b, "GET /ws HTTP/1.1\r\nUpgrade:websocket\r\n\r\n"); /* no space: the same to lws */
     puts_(&b, GET);
     puts_(&b, "\r\n");
     expect("Upgrade without Connection: upgrade", &b, WIRE_OK, NULL);
@@ -241,6 +242,16 @@ static void malformed(void)
          "Upgrade \"webso?\": only websocket is served"},
         {"Upgrade: websocket, foo", "GET /ws HTTP/1.1\r\nUpgrade: websocket, foo\r\n\r\n", 0,
          "only websocket is served"},
+        /* lws keeps a tab, a second leading space and trailing white space in the value, so
+         * "websocket\t" was another protocol to it: the same use after free (fuzz_http_seq) */
+        {"Upgrade: websocket and a tab", "GET /ws HTTP/1.1\r\nUpgrade: websocket\t\nConnection: Upgrade\r\n\r\n",
+         0, "Upgrade \"websocket\" with white space around it: only websocket is served"},
+        {"Upgrade: two spaces", "GET /ws HTTP/1.1\r\nUpgrade:  websocket\r\n\r\n", 0,
+         "with white space around it"},
+        {"Upgrade: a tab before", "GET /ws HTTP/1.1\r\nUpgrade:\twebsocket\r\n\r\n", 0,
+         "with white space around it"},
+        {"Upgrade: a space after", "GET /ws HTTP/1.1\r\nUpgrade: h2c \r\n\r\n", 0,
+         "Upgrade \"h2c\" with white space around it"},
         /* lws 4.1.6 took any other coding (or none) as a body of unknown end and read the next
          * request into it (fuzz_http_seq: its loop spun) */
         {"Transfer-Encoding empty", "POST / HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding:\r\n\r\n",
