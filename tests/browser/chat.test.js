@@ -19,7 +19,8 @@
 // server.log).
 //
 // This file is the entry (the command line, the flow, the API-key page, teardown); the harness is in
-// lib.js, the history page check in history.js, the conversation check in conversation.js.
+// lib.js, the history page check in history.js, the conversation check in conversation.js, finding
+// and launching Chromium in browser.js.
 //
 // usage: node tests/browser/chat.test.js INFLIGHT_BINARY VOCAB_DIR ARTIFACTS_DIR
 // Exit status: 0 passed, 1 failed, 77 skipped (no Chromium; $CHROMIUM overrides /usr/bin/chromium;
@@ -37,8 +38,7 @@ const {
 } = lib;
 const { checkHistory } = require('./history');
 const { checkConversation } = require('./conversation');
-
-const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
+const { chromiumOrExit, launch } = require('./browser');
 
 const argv = process.argv.slice(2);
 if (argv.length !== 3) {
@@ -49,23 +49,7 @@ const BIN = path.resolve(argv[0]);
 const VOCAB = path.resolve(argv[1]);
 const ARTIFACTS = path.resolve(argv[2]);
 
-if (!fs.existsSync(CHROMIUM)) {
-  // under CI=true a missing browser is a failure: CI must run this test, not skip it
-  if (/^(1|true|yes)$/i.test(process.env.CI || '')) {
-    process.stderr.write(`FAIL: CI=true and no Chromium at ${CHROMIUM} (scripts/setup.sh --test installs it; ` +
-      'set $CHROMIUM to use another): under CI the browser test must not skip\n');
-    process.exit(1);
-  }
-  log(`skip: no Chromium at ${CHROMIUM} (set $CHROMIUM to use another; under CI=true this fails)`);
-  process.exit(77);
-}
-let chromium;
-try {
-  ({ chromium } = require('playwright-core'));
-} catch (e) {
-  process.stderr.write(`FAIL: cannot load playwright-core (${e.message}); run scripts/setup.sh (npm ci)\n`);
-  process.exit(1);
-}
+const chromium = chromiumOrExit(log);
 lib.configure({ bin: BIN, artifacts: ARTIFACTS });
 
 // ------------------------------------------------------------------ the test
@@ -88,7 +72,7 @@ async function main() {
   check(index.status === 200 && /<title>inflight/.test(index.body), 'GET / serves web/index.html');
   if (index.headers['content-security-policy']) log(`server CSP header: ${index.headers['content-security-policy']}`);
 
-  const browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox', '--headless=new'] });
+  const browser = await launch(chromium);
   cleanup.browser = browser;
   log(`browser: Chromium ${browser.version()}`);
 
