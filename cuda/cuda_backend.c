@@ -18,7 +18,8 @@
  *   logits = xf wte^T                               cuBLAS            (S, V) f32, rows ldv apart
  * where w is the weights' dtype (bf16, or f16): the GEMMs read w and accumulate in f32 on the
  * tensor cores (cublasGemmEx, CUBLAS_COMPUTE_32F). Then either the logits are copied to the host
- * (step) or sample.cu draws each run's next token and only S ids come back (step_sample).
+ * (step) or sample.cu draws each run's next token and only S ids come back (step_sample), after
+ * logit_adj.cu has applied the rows' adjustments (penalties, logit_bias, bans) when some have any.
  *
  * Decode-only steps (every run one token) have a fixed shape for a given S, so they are captured
  * once per batch-size bucket (1, 2, 4, ..., max_seqs) as a CUDA graph and replayed: the metadata
@@ -267,6 +268,57 @@ static int step_logits(cuda_backend *be, const ifl_batch *b, float *logits, ifl_
     return 0;
 }
 
+/* Room for n adjustment ops in the pinned and device buffers (grown, never shrunk; the step
+ * before has synchronised, so nothing reads the old ones). */
+static int adj_reserve(cuda_backend *be, int32_t n, ifl_err *err)
+{
+    if (!be->h_adj_rows) {
+        CU(cudaMallocHost((void **)&be->h_adj_rows, (size_t)(be->max_S + 1) * sizeof(int32_t)));
+        CU(cudaMalloc((void **)&be->d_adj_rows, (size_t)(be->max_S + 1) * sizeof(int32_t)));
+    }
+    if (n <= be->adj_cap)
+        return 0;
+    int32_t cap = be->adj_cap * 2 > n ? be->adj_cap * 2 : n;
+    cap = cap < 4096 ? 4096 : cap;
+    cudaFreeHost(be->h_adj_ops);
+    cudaFree(be->d_adj_ops);
+    be->h_adj_ops = NULL;
+    be->d_adj_ops = NULL;
+    be->adj_cap = 0;
+    CU(cudaMallocHost((void **)&be->h_adj_ops, (size_t)cap * sizeof *be->h_adj_ops));
+    CU(cudaMalloc((void **)&be->d_adj_ops, (size_t)cap * sizeof *be->d_adj_ops));
+    be->adj_cap = cap;
+    return 0;
+}
+
+/* Enqueues the active rows' logit adjustments (ifl_sample_req.adj) on the device logits: nothing
+ * at all when no row has any, else only their ops cross. */
+static int adjust_rows(cuda_backend *be, int32_t S, const ifl_sample_req *req, ifl_err *err)
+{
+    int32_t n = 0;
+    for (int32_t s = 0; s < S; s++)
+        if (req[s].active && req[s].adj)
+            n += ifl_logit_adj_n_ops(req[s].adj);
+    if (n == 0)
+        return 0;
+    if (adj_reserve(be, n, err))
+        return -1;
+    int32_t at = 0;
+    for (int32_t s = 0; s < S; s++) {
+        be->h_adj_rows[s] = at;
+        if (req[s].active && req[s].adj)
+            at += ifl_logit_adj_ops(req[s].adj, be->h_adj_ops + at);
+    }
+    be->h_adj_rows[S] = at;
+    CU(cudaMemcpyAsync(be->d_adj_rows, be->h_adj_rows, (size_t)(S + 1) * sizeof(int32_t),
+                       cudaMemcpyHostToDevice, be->stream));
+    CU(cudaMemcpyAsync(be->d_adj_ops, be->h_adj_ops, (size_t)at * sizeof *be->h_adj_ops,
+                       cudaMemcpyHostToDevice, be->stream));
+    KERNEL(ifl_cuda_logit_adjust(be->logits, be->ldv, be->V, be->d_adj_ops, be->d_adj_rows, S,
+                                 be->stream));
+    return 0;
+}
+
 static int step_tokens(cuda_backend *be, const ifl_batch *b, const ifl_sample_req *req,
                        int32_t *tokens, ifl_err *err)
 {
@@ -278,10 +330,15 @@ static int step_tokens(cuda_backend *be, const ifl_batch *b, const ifl_sample_re
                                               .top_p = req[s].sampling.top_p,
                                               .active = req[s].active,
                                               .seed = req[s].seed,
-                                              .draw = req[s].draw};
+                                              .draw = req[s].draw,
+                                              .min_p = req[s].sampling.min_p,
+                                              .min_p_cut =
+                                                  ifl_sampling_min_p_cut(&req[s].sampling)};
     }
     if (run_forward(be, b, err))
         return ifl_err_prefix(err, "cuda step");
+    if (adjust_rows(be, b->n_seqs, req, err)) /* (built while the forward pass runs) */
+        return ifl_err_prefix(err, "cuda step, logit adjustments");
     CU(cudaMemcpyAsync(be->d_sreq, be->h_sreq, (size_t)b->n_seqs * sizeof *be->h_sreq,
                        cudaMemcpyHostToDevice, be->stream));
     KERNEL(ifl_cuda_sample(be->d_tok, be->logits, be->d_sreq, b->n_seqs, be->V, be->ldv,
@@ -343,6 +400,10 @@ static void cuda_free(ifl_backend *base)
     cudaFree(be->d_sreq);
     cudaFree(be->d_tok);
     cudaFree(be->sample_scratch);
+    cudaFree(be->d_adj_ops);
+    cudaFree(be->d_adj_rows);
+    cudaFreeHost(be->h_adj_ops);
+    cudaFreeHost(be->h_adj_rows);
     cudaFreeHost(be->h_meta);
     cudaFreeHost(be->h_sreq);
     cudaFreeHost(be->h_tok);

@@ -66,6 +66,11 @@ typedef struct {
     ifl_cuda_sample_req *h_sreq, *d_sreq;
     int32_t *h_tok, *d_tok;
     void *sample_scratch;
+    /* the rows' logit adjustments (logit_adj.h), uploaded only on steps where some row has any:
+     * pinned host and device buffers allocated by the first such step (cuda_backend.c) */
+    ifl_logit_op *h_adj_ops, *d_adj_ops; /* (adj_cap) */
+    int32_t adj_cap;
+    int32_t *h_adj_rows, *d_adj_rows; /* (max_S + 1) row s's ops: [rows[s], rows[s + 1]) */
     /* decode graphs */
     int use_graphs;
     int graph_failed; /* a capture failed: decode steps run eagerly */

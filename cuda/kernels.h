@@ -20,6 +20,7 @@
 
 #include <cuda_runtime.h>
 
+#include "logit_adj.h"
 #include "tensor.h"
 
 #ifdef __cplusplus
@@ -79,7 +80,8 @@ int ifl_cuda_attention(void *out, ifl_dtype out_dt, const float *qkv, const void
  * on the device.
  * Semantics match the CPU sampler (sampler.h): greedy when temperature <= 0 or top_k == 1 (argmax,
  * lowest id on ties, no draw); otherwise probabilities exp((l - max) / temperature), restricted to
- * the top_k best (ties: lower id first) when top_k > 0, then to the nucleus (the shortest
+ * the top_k best (ties: lower id first) when top_k > 0 and to those at or above min_p_cut (a token
+ * below it weighs 0), then to the nucleus (the shortest
  * best-first prefix whose mass reaches top_p of the kept mass) when top_p < 1, and one draw walks
  * the kept tokens in id order with r = ifl_philox_bits53(seed, draw). Masses are summed as 64-bit
  * fixed point, so the result does not depend on thread scheduling: the same logits and (seed,
@@ -91,12 +93,22 @@ typedef struct {
     int32_t active;
     uint64_t seed;
     uint64_t draw;
+    float min_p;     /* 0: off (so a zeroed request has no min_p) */
+    float min_p_cut; /* with min_p: ifl_sampling_min_p_cut (sampler.h), computed on the host */
 } ifl_cuda_sample_req;
 
 /* Bytes of device scratch ifl_cuda_sample needs for S rows of V. */
 size_t ifl_cuda_sample_scratch_bytes(int32_t S, int32_t V);
 int ifl_cuda_sample(int32_t *tokens, const float *logits, const ifl_cuda_sample_req *req, int32_t S,
                     int32_t V, int32_t ld, void *scratch, cudaStream_t stream);
+
+/* logit_adj.cu: each row's adjustments (logit_adj.h) in place before sampling: row s of logits
+ * (rows ld >= V floats apart) gets ops[row_ops[s] .. row_ops[s + 1]), phase by phase (every bias,
+ * then the penalties, then the bans), each through ifl_logit_op_apply, so the row ends bit for bit
+ * as the host's ifl_logit_adj_apply leaves it. Rows with no ops are untouched; ops with ids
+ * outside [0, V) are skipped. One block per row. */
+int ifl_cuda_logit_adjust(float *logits, int32_t ld, int32_t V, const ifl_logit_op *ops,
+                          const int32_t *row_ops, int32_t S, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

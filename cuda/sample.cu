@@ -5,6 +5,7 @@
  * (thread t takes ids t, t + 1024, ...) except the last, where each thread owns a contiguous id
  * range. Per row:
  *   1. argmax (max of (key, ~id) packed in 64 bits): greedy rows stop here;
+ *   min_p: a token below its cut weighs 0 (key_mass) in every phase below, so it is never kept;
  *   2. top-k: radix select of the k-th best key, 4 passes of 8 bits over a 256-bin shared
  *      histogram of counts;
  *   3. top-p: the same radix select over histograms of probability mass (64-bit fixed point);
@@ -15,6 +16,7 @@
  * q = floor(2^40 exp((l - max) / T)), a pure function of its key (the argmax weighs 2^40; sums stay
  * below V 2^40 < 2^64 for V < 2^24). Every sum is an integer sum (shared-memory atomics on
  * integers, integer scans), so the result does not depend on thread scheduling. */
+#include <math.h>
 #include <stdint.h>
 
 #include <cuda_runtime.h>
@@ -59,13 +61,17 @@ __device__ __forceinline__ float key_float(uint32_t k)
     return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
 }
 
-/* The fixed-point weight of key: floor(exp((l - m) * inv_t) * 2^40), exactly 2^40 for the max.
- * Not inlined, so that every phase uses the one compiled copy and gets bit-identical weights. */
-__device__ __noinline__ u64 key_mass(uint32_t key, uint32_t maxkey, float m, float inv_t)
+/* The fixed-point weight of key: floor(exp((l - m) * inv_t) * 2^40), exactly 2^40 for the max, 0
+ * below min_p's cut ((l - m) * inv_t < cut: ifl_sampling_min_p_cut, -inf without min_p). Not
+ * inlined, so that every phase uses the one compiled copy and gets bit-identical weights. */
+__device__ __noinline__ u64 key_mass(uint32_t key, uint32_t maxkey, float m, float inv_t,
+                                     float cut)
 {
     if (key == maxkey)
         return kOne;
     float d = __fmul_rn(__fsub_rn(key_float(key), m), inv_t);
+    if (!(d >= cut)) /* as the CPU sampler compares them */
+        return 0;
     float p = expf(d);
     if (!(p > 0.0f))
         return 0;
@@ -136,10 +142,10 @@ struct Sel {
  * pass. */
 __device__ Sel radix_select(const float *__restrict__ x, int32_t V, bool mass, u64 need,
                             float top_p, bool has_lo, uint32_t lo_key, u64 lo_ties, uint32_t maxkey,
-                            float m, float inv_t, Shared &sh)
+                            float m, float inv_t, float cut, Shared &sh)
 {
     const int t = threadIdx.x;
-    const u64 lo_w = (mass && has_lo) ? lo_ties * key_mass(lo_key, maxkey, m, inv_t) : 0;
+    const u64 lo_w = (mass && has_lo) ? lo_ties * key_mass(lo_key, maxkey, m, inv_t, cut) : 0;
     uint32_t prefix = 0, mask = 0;
     for (int shift = 24; shift >= 0; shift -= 8) {
         if (t < kBins)
@@ -157,7 +163,7 @@ __device__ Sel radix_select(const float *__restrict__ x, int32_t V, bool mass, u
             if (mass) {
                 if (has_lo && key <= lo_key)
                     continue;
-                wt = key_mass(key, maxkey, m, inv_t);
+                wt = key_mass(key, maxkey, m, inv_t, cut);
                 if (wt == 0)
                     continue;
             }
@@ -246,6 +252,8 @@ __global__ void __launch_bounds__(kBlock)
     }
     const float m = key_float(maxkey);
     const float inv_t = 1.0f / r.temperature;
+    /* min_p: a token below the cut weighs 0 in every phase */
+    const float cut = r.min_p > 0.0f ? r.min_p_cut : -INFINITY;
 
     /* 2, 3: the kept set is every token with key > fkey plus the fties lowest ids of key fkey
      * (without top-k and top-p: fkey 0 and fties V, everything) */
@@ -253,14 +261,16 @@ __global__ void __launch_bounds__(kBlock)
     u64 fties = (u64)V;
     const bool has_k = r.top_k > 0 && r.top_k < V;
     if (has_k) {
-        Sel k = radix_select(x, V, false, (u64)r.top_k, 1.0f, false, 0, 0, maxkey, m, inv_t, sh);
+        Sel k = radix_select(x, V, false, (u64)r.top_k, 1.0f, false, 0, 0, maxkey, m, inv_t, cut,
+                             sh);
         fkey = k.key;
         fties = k.rem;
     }
     if (r.top_p < 1.0f) {
-        Sel p = radix_select(x, V, true, 0, r.top_p, has_k, fkey, fties, maxkey, m, inv_t, sh);
+        Sel p =
+            radix_select(x, V, true, 0, r.top_p, has_k, fkey, fties, maxkey, m, inv_t, cut, sh);
         /* at the threshold every token weighs the same: take the fewest lowest ids reaching rem */
-        u64 q = key_mass(p.key, maxkey, m, inv_t);
+        u64 q = key_mass(p.key, maxkey, m, inv_t, cut);
         u64 n = q ? (p.rem + q - 1) / q : 1;
         if (has_k && p.key == fkey && n > fties)
             n = fties;
@@ -269,7 +279,7 @@ __global__ void __launch_bounds__(kBlock)
     }
 
     /* 4. the draw over the kept tokens in id order: thread t owns ids [lo, hi) */
-    const u64 qf = key_mass(fkey, maxkey, m, inv_t);
+    const u64 qf = key_mass(fkey, maxkey, m, inv_t, cut);
     const int32_t chunk = (V + kBlock - 1) / kBlock;
     const int32_t lo = t * chunk < V ? t * chunk : V;
     const int32_t hi = V - lo > chunk ? lo + chunk : V;
@@ -277,7 +287,7 @@ __global__ void __launch_bounds__(kBlock)
     for (int32_t i = lo; i < hi; i++) {
         uint32_t key = float_key(x[i]);
         if (key > fkey)
-            above += key_mass(key, maxkey, m, inv_t);
+            above += key_mass(key, maxkey, m, inv_t, cut);
         else if (key == fkey)
             ties++;
     }
@@ -301,7 +311,7 @@ __global__ void __launch_bounds__(kBlock)
             uint32_t key = float_key(x[i]);
             u64 wt = 0;
             if (key > fkey) {
-                wt = key_mass(key, maxkey, m, inv_t);
+                wt = key_mass(key, maxkey, m, inv_t, cut);
             } else if (key == fkey) {
                 wt = rank < fties ? qf : 0;
                 rank++;

@@ -103,10 +103,12 @@ int ifl_backend_step_sample(ifl_backend *be, const ifl_batch *b, const ifl_sampl
     return 0;
 }
 
-int32_t ifl_backend_draw(ifl_sampler *sampler, const float *row, const ifl_sample_req *r)
+int32_t ifl_backend_draw(ifl_sampler *sampler, float *row, const ifl_sample_req *r)
 {
     if (!r->active)
         return -1;
+    if (r->adj)
+        ifl_logit_adj_apply(row, r->adj);
     return ifl_sample_u(sampler, row, &r->sampling, ifl_philox_uniform(r->seed, r->draw));
 }
 

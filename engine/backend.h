@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "error.h"
+#include "logit_adj.h"
 #include "model.h"
 #include "sampler.h"
 
@@ -58,6 +59,8 @@ typedef struct {
     uint64_t seed;
     uint64_t draw;  /* tokens the request has generated so far */
     int32_t active; /* 0: no token wanted (a prefill chunk that does not end the prompt) */
+    const ifl_logit_adj *adj; /* the row's adjustments before sampling (logit_adj.h), applied
+                                 the same on every backend; NULL: none */
 } ifl_sample_req;
 
 typedef struct {
@@ -70,11 +73,11 @@ typedef struct {
     int (*step_sample)(ifl_backend *be, const ifl_batch *batch, const ifl_sample_req *req,
                        int32_t *tokens, ifl_err *err);
     /* Optional: tokens[s] for every active run s drawn from host logits (S, V), exactly as
-     * ifl_sample_u draws them one by one, but spread over the backend's threads (each draw
-     * depends only on its row, its settings and its uniform). NULL: ifl_backend_step_sample draws
-     * them on the calling thread. */
-    void (*sample)(ifl_backend *be, const float *logits, int32_t n_seqs,
-                   const ifl_sample_req *req, int32_t *tokens);
+     * ifl_backend_draw draws them one by one, but spread over the backend's threads (each draw
+     * depends only on its row, its settings and its uniform). Rows with adjustments are changed
+     * in place. NULL: ifl_backend_step_sample draws them on the calling thread. */
+    void (*sample)(ifl_backend *be, float *logits, int32_t n_seqs, const ifl_sample_req *req,
+                   int32_t *tokens);
     /* Optional: a one-line description of the device and its settings. NULL: name only. */
     void (*describe)(const ifl_backend *be, char *buf, int cap);
 } ifl_backend_ops;
@@ -110,9 +113,10 @@ ifl_backend *ifl_cpu_backend_new(const ifl_model *m, const ifl_backend_params *p
  * else from host logits with the CPU sampler (logits: S x V scratch; sampler: V candidates). */
 int ifl_backend_step_sample(ifl_backend *be, const ifl_batch *b, const ifl_sample_req *req,
                             int32_t *tokens, float *logits, ifl_sampler *sampler, ifl_err *err);
-/* One run's draw from its row of host logits: -1 when inactive, else ifl_sample_u with the
- * request's Philox uniform (what ifl_backend_step_sample and a backend's sample entry both do). */
-int32_t ifl_backend_draw(ifl_sampler *sampler, const float *row, const ifl_sample_req *r);
+/* One run's draw from its row of host logits: -1 when inactive, else the row adjusted in place
+ * (r->adj, when set) and ifl_sample_u with the request's Philox uniform (what
+ * ifl_backend_step_sample and a backend's sample entry both do). */
+int32_t ifl_backend_draw(ifl_sampler *sampler, float *row, const ifl_sample_req *r);
 
 /* The wrappers every caller uses: nothing outside backend.c and the backends touches `ops`. */
 static inline int ifl_backend_step(ifl_backend *be, const ifl_batch *b, float *logits, ifl_err *err)

@@ -195,6 +195,8 @@ void batcher_req_free(req *r)
         return;
     free(r->prompt);
     free(r->held);
+    free(r->bias);
+    ifl_seen_free(&r->seen);
     free(r);
 }
 
@@ -247,11 +249,51 @@ static ifl_submit_status check_request(const ifl_batcher *b, const ifl_request_p
             return IFL_SUBMIT_INVALID;
         }
     }
+    if (ifl_penalties_validate(&p->penalties, err) ||
+        ifl_min_tokens_validate(p->min_tokens, p->max_tokens, err) ||
+        ifl_stop_ids_validate(p->stop_ids, p->n_stop_ids, c->n_vocab, err) ||
+        ifl_logit_bias_validate(p->logit_bias, p->n_logit_bias, c->n_vocab, err))
+        return IFL_SUBMIT_INVALID;
     return IFL_SUBMIT_OK;
 }
 
+/* r's logit controls from p (checked): the stop ids and the bans, the copy of logit_bias, the
+ * seen tokens when a penalty is on (the prompt's too with repetition). -1 when out of memory. */
+static int req_copy_controls(const ifl_batcher *b, req *r, const ifl_request_params *p)
+{
+    r->min_tokens = p->min_tokens;
+    r->n_stop_ids = p->n_stop_ids;
+    if (p->n_stop_ids > 0)
+        memcpy(r->ban, p->stop_ids, (size_t)p->n_stop_ids * sizeof *r->ban);
+    r->n_ban = r->n_stop_ids;
+    if (!p->ignore_eos && b->p.eos_token >= 0)
+        r->ban[r->n_ban++] = b->p.eos_token;
+    r->adj.ban = r->ban; /* adj.n_ban stays 0 until a step bans them */
+    if (p->n_logit_bias > 0) {
+        r->bias = malloc((size_t)p->n_logit_bias * sizeof *r->bias);
+        if (!r->bias)
+            return -1;
+        memcpy(r->bias, p->logit_bias, (size_t)p->n_logit_bias * sizeof *r->bias);
+        r->adj.bias = r->bias;
+        r->adj.n_bias = p->n_logit_bias;
+    }
+    if (!ifl_penalties_on(&p->penalties))
+        return 0;
+    int rep = ifl_repetition_on(&p->penalties);
+    int64_t distinct = (int64_t)p->max_tokens + (rep ? p->n_prompt : 0);
+    if (distinct > b->cfg->n_vocab)
+        distinct = b->cfg->n_vocab;
+    if (ifl_seen_init(&r->seen, (int32_t)distinct, NULL))
+        return -1;
+    for (int32_t i = 0; rep && i < p->n_prompt; i++)
+        ifl_seen_add(&r->seen, p->prompt[i], 0);
+    r->adj.pen = p->penalties;
+    r->adj.seen = &r->seen;
+    return 0;
+}
+
 /* The batcher's copy of a checked request; NULL when out of memory. */
-static req *req_copy(const ifl_request_params *p)
+static req *req_copy(const ifl_batcher *b, const ifl_request_params *p)
 {
     req *r = calloc(1, sizeof *r);
     /* room for the generated tokens too: the prefix cache publishes their blocks */
@@ -276,6 +318,10 @@ static req *req_copy(const ifl_request_params *p)
         memcpy(r->stop[i], p->stop[i], r->stop_len[i] + 1);
     }
     ifl_utf8_stream_init(&r->utf8, IFL_UTF8_REPLACE);
+    if (req_copy_controls(b, r, p)) {
+        batcher_req_free(r);
+        return NULL;
+    }
     return r;
 }
 
@@ -288,7 +334,7 @@ ifl_submit_status ifl_batcher_submit(ifl_batcher *b, const ifl_request_params *p
     ifl_submit_status st = check_request(b, p, err);
     if (st != IFL_SUBMIT_OK)
         return st;
-    req *r = req_copy(p);
+    req *r = req_copy(b, p);
     if (!r) {
         ifl_err_set(err, "out of memory for a request of %d prompt tokens", p->n_prompt);
         return IFL_SUBMIT_NO_MEMORY;

@@ -45,6 +45,7 @@
 
 #include "backend.h"
 #include "error.h"
+#include "logit_adj.h"
 #include "sampler.h"
 #include "tokenizer.h"
 
@@ -56,7 +57,7 @@ int ifl_policy_parse(const char *s, ifl_policy *out);
 typedef enum {
     IFL_FINISH_LENGTH = 0, /* max_tokens reached */
     IFL_FINISH_EOS = 1,    /* the end-of-text token */
-    IFL_FINISH_STOP = 2,   /* a stop string */
+    IFL_FINISH_STOP = 2,   /* a stop string or a stop id */
     IFL_FINISH_CANCELLED = 3,
     IFL_FINISH_ERROR = 4, /* the backend failed; the message is in the done event */
 } ifl_finish;
@@ -90,6 +91,21 @@ typedef struct {
     int n_stop; /* stop strings (bytes, copied); never emitted */
     const char *stop[IFL_MAX_STOPS];
     void *user; /* handed back in every event of the request */
+    /* Logit controls (logit_adj.h), each request's own: with all of them off (zero) a request
+     * allocates nothing for them and costs nothing per step. */
+    ifl_penalties penalties; /* zero: off */
+    int32_t min_tokens; /* 0: off; while fewer tokens were generated: EOS (unless ignore_eos) and
+                           every stop id are banned (-inf), and stop strings are not looked for
+                           (text is released as it comes; a stop string counts only if it lies
+                           wholly in text of tokens from index min_tokens on); <= max_tokens */
+    int32_t n_stop_ids; /* copied; <= IFL_MAX_STOP_IDS; ids in [0, V). A sampled stop id ends the
+                           request with IFL_FINISH_STOP; like EOS it releases no text of its own
+                           (its token event has the id and empty text) and counts as a
+                           completion token */
+    const int32_t *stop_ids;
+    int32_t n_logit_bias; /* copied; <= IFL_MAX_LOGIT_BIAS; ids in [0, V); bias in [-100, 100];
+                             one entry per id */
+    const ifl_logit_bias *logit_bias;
 } ifl_request_params;
 
 typedef enum {

@@ -17,6 +17,7 @@
 
 #include "batcher.h"
 #include "kv.h"
+#include "logit_adj.h"
 #include "sampler.h"
 #include "util.h"
 
@@ -33,6 +34,14 @@ typedef struct req {
     int n_stop;
     char stop[IFL_MAX_STOPS][IFL_MAX_STOP_BYTES + 1];
     size_t stop_len[IFL_MAX_STOPS];
+    /* logit controls (batcher.h): nothing allocated when they are off */
+    int32_t min_tokens;
+    int32_t n_stop_ids; /* the stop ids are ban[0 .. n_stop_ids) */
+    int32_t n_ban;      /* banned while n_generated < min_tokens: the stop ids, then EOS */
+    int32_t ban[IFL_MAX_STOP_IDS + 1];
+    ifl_logit_bias *bias; /* (adj.n_bias) the copy of logit_bias, or NULL */
+    ifl_seen seen;        /* the prompt (with repetition) and generated tokens, with penalties */
+    ifl_logit_adj adj;    /* the row's adjustments; n_ban set for each step (batcher_loop.c) */
     uint64_t t_queued, t_admitted, t_first, t_finished;
     struct req *next; /* {lock} in its session's FIFO while waiting */
     int32_t position; /* {lock} last published queue position */

@@ -69,20 +69,39 @@ static long find_stop(const req *r)
 
 #define TAKE_NO_MEMORY (-2) /* take_token: the token's text could not be kept */
 
+/* 1 when tok is one of r's stop ids. */
+static int is_stop_id(const req *r, int32_t tok)
+{
+    for (int32_t i = 0; i < r->n_stop_ids; i++)
+        if (r->ban[i] == tok)
+            return 1;
+    return 0;
+}
+
 /* Handles one sampled token: text, stop conditions, the token event. Returns the finish reason,
  * -1 while the request goes on, or TAKE_NO_MEMORY: then no event was emitted and the request must
- * end with an error (a token whose text is lost would leave a hole in the completion). */
+ * end with an error (a token whose text is lost would leave a hole in the completion). EOS and a
+ * stop id release no text of their own. Before min_tokens tokens stop strings are not looked for
+ * and the text goes out as it comes, so one counts only in text of tokens from min_tokens on. */
 static int take_token(ifl_batcher *b, req *r, int32_t tok)
 {
     r->prompt[r->n_prompt + r->n_generated] = tok; /* (room for max_tokens: batcher.c) */
     r->n_generated++;
     r->last_token = tok;
+    if (r->adj.seen)
+        ifl_seen_add(&r->seen, tok, 1);
     if (!r->t_first)
         r->t_first = ifl_now_us();
-    int eos = !r->ignore_eos && tok == b->p.eos_token;
-    int finish = eos ? IFL_FINISH_EOS : r->n_generated >= r->max_tokens ? IFL_FINISH_LENGTH : -1;
+    int finish = -1;
+    if (!r->ignore_eos && tok == b->p.eos_token)
+        finish = IFL_FINISH_EOS;
+    else if (is_stop_id(r, tok))
+        finish = IFL_FINISH_STOP;
+    else if (r->n_generated >= r->max_tokens)
+        finish = IFL_FINISH_LENGTH;
     size_t len = 0;
-    const char *bytes = eos ? NULL : ifl_tokenizer_token_bytes(b->p.tok, tok, &len);
+    int silent = finish == IFL_FINISH_EOS || finish == IFL_FINISH_STOP; /* no text of its own */
+    const char *bytes = silent ? NULL : ifl_tokenizer_token_bytes(b->p.tok, tok, &len);
     /* b->text holds the longest token's text (sized at start): no allocation per token */
     size_t k = bytes ? ifl_utf8_stream_push(&r->utf8, bytes, len, b->text) : 0;
     if (finish >= 0)
@@ -90,14 +109,15 @@ static int take_token(ifl_batcher *b, req *r, int32_t tok)
     if (held_append(r, b->text, k))
         return TAKE_NO_MEMORY;
     size_t release;
-    long at = r->n_stop ? find_stop(r) : -1;
+    int look = r->n_stop && r->n_generated > r->min_tokens;
+    long at = look ? find_stop(r) : -1;
     if (at >= 0) {
         release = (size_t)at;
         finish = IFL_FINISH_STOP;
-    } else if (finish >= 0) {
+    } else if (finish >= 0 || !look) {
         release = r->held_len;
     } else {
-        release = r->held_len - (r->n_stop ? stop_prefix_suffix(r) : 0);
+        release = r->held_len - stop_prefix_suffix(r);
     }
     ifl_event ev = {.type = IFL_EV_TOKEN,
                     .request_id = r->id,
@@ -285,10 +305,13 @@ static void add_run(ifl_batcher *b, step_plan *sp, req *r, int prefilling, int32
     b->step_prefill[s] = (uint8_t)prefilling;
     b->step_cached[s] = prefilling && r->n_cached > 0 && r->n_done == r->n_cached ? r->n_cached : 0;
     /* a token is drawn only after the run that ends the prompt, or a decode run */
+    int active = !prefilling || r->n_done + len >= r->n_prompt;
+    r->adj.n_ban = r->n_generated < r->min_tokens ? r->n_ban : 0;
     b->sreq[s] = (ifl_sample_req){.sampling = r->sampling,
                                   .seed = r->seed,
                                   .draw = (uint64_t)r->n_generated,
-                                  .active = !prefilling || r->n_done + len >= r->n_prompt};
+                                  .active = active,
+                                  .adj = active && ifl_logit_adj_on(&r->adj) ? &r->adj : NULL};
     b->step_reqs[s] = r;
     sp->n_seqs++;
     sp->n_tokens += len;

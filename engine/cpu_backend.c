@@ -85,7 +85,7 @@ typedef struct {
     /* cpu_sample: one sampler (scratch of n_vocab candidates) per share of the pool */
     ifl_sampler *samplers;
     int n_samplers;
-    const float *s_logits;
+    float *s_logits; /* rows with adjustments are changed in place */
     const ifl_sample_req *s_req;
     int32_t *s_tokens;
     int32_t s_n;
@@ -432,8 +432,8 @@ static void task_sample(void *ctx, int ith, int nth)
 /* Every run's draw on the pool's threads (ifl_backend_ops.sample). With 64 runs a greedy draw
  * over logits just written to memory took ~1% of a step on one thread, and a top-k/top-p draw
  * takes 85-250 us (bench --engine's sampler line), several ms a step. */
-static void cpu_sample(ifl_backend *base, const float *logits, int32_t n_seqs,
-                       const ifl_sample_req *req, int32_t *tokens)
+static void cpu_sample(ifl_backend *base, float *logits, int32_t n_seqs, const ifl_sample_req *req,
+                       int32_t *tokens)
 {
     cpu_backend *be = (cpu_backend *)base;
     be->s_logits = logits;

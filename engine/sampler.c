@@ -1,5 +1,6 @@
-/* sampler.c: greedy / temperature / top-k / top-p sampling (see sampler.h).
+/* sampler.c: greedy / temperature / min-p / top-k / top-p sampling (see sampler.h).
  *
+ * min-p: a cut on the scaled logit (ifl_sampling_min_p_cut) as the weights are computed.
  * top-k: quickselect of the k best logits. top-p: the nucleus is the shortest prefix, best first,
  * whose probability reaches top_p; to avoid sorting the whole vocabulary, a threshold pass first
  * keeps only probabilities >= tau, lowering tau until the kept mass alone reaches top_p (then the
@@ -39,6 +40,8 @@ int ifl_sampling_validate(const ifl_sampling *p, ifl_err *err)
         return ifl_err_set(err, "top_k %d is negative", p->top_k);
     if (!(p->top_p > 0.0f && p->top_p <= 1.0f))
         return ifl_err_set(err, "top_p %g is outside (0, 1]", (double)p->top_p);
+    if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
+        return ifl_err_set(err, "min_p %g is outside [0, 1]", (double)p->min_p);
     return 0;
 }
 
@@ -94,47 +97,84 @@ int32_t ifl_sample(ifl_sampler *s, const float *logits, const ifl_sampling *p, i
     return ifl_sample_u(s, logits, p, ifl_sampling_is_greedy(p) ? 0.0 : ifl_rng_uniform(rng));
 }
 
+/* The weights of the candidates c[0..n): p = exp((l - mx) / T) from the logits row[0..n) (ids
+ * 0..n-1) or, without a row, the logits in c[i].p (the top-k). With min_p (cut > -inf) only those
+ * with (l - mx) / T >= cut stay, in the same order. Returns how many stay; *total is their mass. */
+static int32_t weigh(ifl_sampler *s, const float *row, int32_t n, float inv_t, float cut,
+                     double *total)
+{
+    ifl_sample_cand *c = s->cand;
+    float *d = s->tmp;
+    float mx = -INFINITY;
+    if (row)
+        mx = ifl_max(row, (size_t)n);
+    else
+        for (int32_t i = 0; i < n; i++)
+            mx = fmaxf(mx, c[i].p);
+    int32_t m = 0;
+    if (row && cut == -INFINITY) { /* every token stays: one pass the compiler vectorises */
+        for (int32_t i = 0; i < n; i++)
+            d[i] = (row[i] - mx) * inv_t;
+        m = n;
+    } else {
+        for (int32_t i = 0; i < n; i++) {
+            float x = ((row ? row[i] : c[i].p) - mx) * inv_t;
+            if (x >= cut || cut == -INFINITY) { /* (without min_p even NaNs stay, as before) */
+                c[m].id = row ? i : c[i].id;
+                d[m++] = x;
+            }
+        }
+    }
+    ifl_exp(d, d, (size_t)m);
+    double sum = 0;
+    if (row && cut == -INFINITY)
+        for (int32_t i = 0; i < m; i++)
+            c[i] = (ifl_sample_cand){d[i], i};
+    else
+        for (int32_t i = 0; i < m; i++)
+            c[i].p = d[i];
+    for (int32_t i = 0; i < m; i++)
+        sum += c[i].p;
+    *total = sum;
+    return m;
+}
+
+float ifl_sampling_min_p_cut(const ifl_sampling *p)
+{
+    return p->min_p > 0.0f ? logf(p->min_p) : -INFINITY;
+}
+
+/* The first of the largest logits (NaNs never win). */
+static int32_t argmax(const float *logits, int32_t V)
+{
+    float mx = ifl_max(logits, (size_t)V);
+    for (int32_t i = 0; i < V; i++)
+        if (logits[i] == mx)
+            return i;
+    return 0;
+}
+
 int32_t ifl_sample_u(ifl_sampler *s, const float *logits, const ifl_sampling *p, double u)
 {
     int32_t V = s->n_vocab;
-    if (ifl_sampling_is_greedy(p)) { /* the first of the largest (NaNs never win) */
-        float mx = ifl_max(logits, (size_t)V);
-        for (int32_t i = 0; i < V; i++)
-            if (logits[i] == mx)
-                return i;
-        return 0;
-    }
+    if (ifl_sampling_is_greedy(p))
+        return argmax(logits, V);
     ifl_sample_cand *c = s->cand;
-    float inv_t = 1.0f / p->temperature;
-    int32_t n = V;
+    float inv_t = 1.0f / p->temperature, cut = ifl_sampling_min_p_cut(p);
+    int32_t n;
     double total = 0;
     int reordered = 0; /* candidates no longer in token-id order */
-    if (p->top_k > 0 && p->top_k < V) {
+    if (p->top_k > 0 && p->top_k < V) { /* min_p and top_k both keep the best: the shorter wins */
         for (int32_t i = 0; i < V; i++)
             c[i] = (ifl_sample_cand){logits[i], i};
         select_top(c, V, p->top_k);
-        n = p->top_k;
         reordered = 1;
-        float mx = -INFINITY;
-        for (int32_t i = 0; i < n; i++)
-            mx = fmaxf(mx, c[i].p);
-        for (int32_t i = 0; i < n; i++)
-            s->tmp[i] = (c[i].p - mx) * inv_t;
-        ifl_exp(s->tmp, s->tmp, (size_t)n);
-        for (int32_t i = 0; i < n; i++) {
-            c[i].p = s->tmp[i];
-            total += c[i].p;
-        }
+        n = weigh(s, NULL, p->top_k, inv_t, cut, &total);
     } else {
-        float mx = ifl_max(logits, (size_t)V);
-        for (int32_t i = 0; i < V; i++)
-            s->tmp[i] = (logits[i] - mx) * inv_t;
-        ifl_exp(s->tmp, s->tmp, (size_t)V);
-        for (int32_t i = 0; i < V; i++) {
-            c[i] = (ifl_sample_cand){s->tmp[i], i};
-            total += s->tmp[i];
-        }
+        n = weigh(s, logits, V, inv_t, cut, &total);
     }
+    if (n == 0) /* min_p kept nothing: every logit NaN or -inf (all banned) */
+        return argmax(logits, V);
     if (p->top_p < 1.0f) {
         double want = (double)p->top_p * total;
         if (n > 256) {

@@ -10,7 +10,9 @@
  *      on a model built so that every next token has a large margin;
  *   4. seeded sampling: the same requests on fresh backends give the same tokens; each device draw
  *      matches the CPU sampler on the same logits; a request alone draws what it drew in the batch
- *      (but for draws moved by batch-dependent rounding);
+ *      (but for draws moved by batch-dependent rounding); then all of it again with every control
+ *      on (min_p, penalties over the seen tokens, logit_bias, EOS and stop ids banned as under
+ *      min_tokens), the host drawing with the same adjustments (ifl_backend_draw);
  *   5. decode steps replayed from CUDA graphs (batch sizes 1, 2, 3, 5, 8, 17, 40, 64, interleaved
  *      with prefill steps) match the same steps on a backend made with IFL_CUDA_GRAPHS=0;
  *   6. an invalid batch (token or block id out of range) fails with a message naming the field,
@@ -674,12 +676,65 @@ enum { NREQ = 8, NSAMP = 32, CHUNKED_LEN = 200, CHUNK = 25 };
 static const ifl_sampling sampling = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f};
 static const int32_t req_len[NREQ] = {3, 9, 1, 30, 14, 50, 6, 21};
 
+/* With every control on (test 4's second pass): min_p, and per request penalties, a logit_bias,
+ * and EOS plus two stop ids banned for the first CTL_MIN_TOKENS draws, over the tokens the
+ * request has seen (its prompt, then what it generated in this run). */
+enum { CTL_MIN_TOKENS = 4, CTL_BIAS = 50 };
+static int controls_on;
+static const ifl_sampling sampling_ctl = {
+    .temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f};
+typedef struct {
+    ifl_seen seen;
+    ifl_logit_bias bias[CTL_BIAS];
+    int32_t ban[3];
+    ifl_logit_adj adj;
+} controls;
+static controls ctl[NREQ];
+
+/* Request r's controls afresh: its prompt seen, nothing generated yet. */
+static void ctl_reset(int r, const int32_t *prompt, int32_t V)
+{
+    controls *c = &ctl[r];
+    ifl_seen_free(&c->seen);
+    ifl_err err;
+    if (ifl_seen_init(&c->seen, req_len[r] + NSAMP, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        exit(1);
+    }
+    for (int32_t i = 0; i < req_len[r]; i++)
+        ifl_seen_add(&c->seen, prompt[i], 0);
+    for (int i = 0; i < CTL_BIAS; i++) /* distinct ids, biases in [-5, 5] */
+        c->bias[i] = (ifl_logit_bias){.id = (int32_t)((i * 997 + r * 31) % V),
+                                      .bias = (float)((i * 7 + r) % 11) - 5.0f};
+    c->ban[0] = V - 1; /* EOS */
+    c->ban[1] = (r * 13 + 5) % V;
+    c->ban[2] = (r * 101 + 7) % V;
+    c->adj = (ifl_logit_adj){
+        .pen = {.repetition = 1.2f + 0.05f * (float)r, .presence = 0.4f, .frequency = 0.3f},
+        .seen = &c->seen,
+        .bias = c->bias,
+        .n_bias = CTL_BIAS,
+        .ban = c->ban};
+}
+
 static ifl_sample_req sreq(int r, int32_t draw, int active)
 {
-    return (ifl_sample_req){.sampling = sampling,
-                            .seed = 0x9e3779b97f4a7c15ull * (uint64_t)(r + 1),
-                            .draw = (uint64_t)draw,
-                            .active = active};
+    ifl_sample_req q = {.sampling = controls_on ? sampling_ctl : sampling,
+                        .seed = 0x9e3779b97f4a7c15ull * (uint64_t)(r + 1),
+                        .draw = (uint64_t)draw,
+                        .active = active};
+    if (controls_on && r < NREQ) {
+        ctl[r].adj.n_ban = draw < CTL_MIN_TOKENS ? 3 : 0;
+        q.adj = &ctl[r].adj;
+    }
+    return q;
+}
+
+/* After request r's draw: the token joins what it has seen. */
+static void ctl_took(int r, int32_t tok)
+{
+    if (controls_on)
+        ifl_seen_add(&ctl[r].seen, tok, 1);
 }
 
 /* The NREQ requests generate NSAMP tokens each, all in one batch per step; the first 8 steps also
@@ -702,6 +757,8 @@ static int sample_run(ifl_backend *be, const int32_t *const *prompts, int32_t ou
     int rc = 0, inactive_bad = 0;
     if (host_agree)
         *host_agree = 0;
+    for (int r = 0; controls_on && r < NREQ; r++)
+        ctl_reset(r, prompts[r], V);
     for (int i = 0; i < NSAMP && !rc; i++) {
         bt_reset(&bt);
         ifl_sample_req req[NREQ + 1];
@@ -729,12 +786,11 @@ static int sample_run(ifl_backend *be, const int32_t *const *prompts, int32_t ou
         if (host) {
             if ((rc = step(host, &bt, logits)))
                 break;
-            for (int r = 0; r < NREQ; r++) {
-                double u = ifl_philox_uniform(req[r].seed, req[r].draw);
-                *host_agree +=
-                    ifl_sample_u(&smp, logits + (size_t)r * V, &req[r].sampling, u) == tok[r];
-            }
+            for (int r = 0; r < NREQ; r++) /* the same adjustments, on the host's row */
+                *host_agree += ifl_backend_draw(&smp, logits + (size_t)r * V, &req[r]) == tok[r];
         }
+        for (int r = 0; r < NREQ; r++)
+            ctl_took(r, out[r][i]);
     }
     CHECKF(inactive_bad == 0, "an inactive run got a token on %d steps (want -1)", inactive_bad);
     for (int r = 0; r <= NREQ; r++)
@@ -755,6 +811,8 @@ static int sample_solo(ifl_backend *be, const int32_t *const *prompts, int32_t r
     *agree = 0;
     for (int r = 0; r < NREQ && !rc; r++) {
         ifl_kv_seq kv = {0};
+        if (controls_on)
+            ctl_reset(r, prompts[r], be->model->cfg.n_vocab);
         for (int i = 0; i < NSAMP && !rc; i++) {
             int32_t pos = i == 0 ? 0 : req_len[r] + i - 1, len = i == 0 ? req_len[r] : 1;
             reserve(&kv, &pool, pos + len);
@@ -764,6 +822,7 @@ static int sample_solo(ifl_backend *be, const int32_t *const *prompts, int32_t r
             int32_t tok;
             rc = step_sample(be, &bt, &req, &tok);
             *agree += !rc && tok == ref[r][i];
+            ctl_took(r, ref[r][i]); /* teacher forcing: the batched run's token */
         }
         ifl_kv_seq_free(&kv, &pool);
     }
@@ -812,11 +871,12 @@ static void test_sampling(const char *dir)
                 distinct += i > 0 && run1[r][i] != run1[r][i - 1];
             }
         int n = NREQ * NSAMP;
-        printf("4. seeded sampling (T %.1f, top_k %d, top_p %.2f), %d requests x %d tokens: rerun "
-               "on a fresh backend equal on %d/%d, device draws equal to host draws on %d/%d, "
-               "alone vs batched equal on %d/%d\n",
-               (double)sampling.temperature, sampling.top_k, (double)sampling.top_p, NREQ, NSAMP,
-               same, n, host_agree, n, solo_agree, n);
+        printf("4. seeded sampling (T %.1f, top_k %d, top_p %.2f%s), %d requests x %d tokens: "
+               "rerun on a fresh backend equal on %d/%d, device draws equal to host draws on "
+               "%d/%d, alone vs batched equal on %d/%d\n",
+               (double)sampling.temperature, sampling.top_k, (double)sampling.top_p,
+               controls_on ? ", every control on: min_p 0.05, penalties, logit_bias, bans" : "",
+               NREQ, NSAMP, same, n, host_agree, n, solo_agree, n);
         CHECKF(same == n, "a fresh backend sampled differently on %d of %d draws", n - same, n);
         CHECKF(host_agree >= 0.98 * n, "device and host draws agree on only %d of %d", host_agree,
                n);
@@ -1132,6 +1192,11 @@ int main(void)
     test_ragged(f16, "f16", 3e-3, 5e-3);
     test_greedy(peaked);
     test_sampling(bf16);
+    controls_on = 1; /* the same with every control: the device adjusts rows as the host does */
+    test_sampling(bf16);
+    controls_on = 0;
+    for (int r = 0; r < NREQ; r++)
+        ifl_seen_free(&ctl[r].seen);
     test_graphs(bf16);
     test_errors(bf16);
 

@@ -6,7 +6,10 @@
  * mass); sampled frequencies match the renormalised softmax (chi-square, rejecting only beyond
  * p < 1e-6) with and without top-k / top-p; the same (logits, seed, draw) gives the same token on
  * every run and whatever else is in the launch; the GPU follows the CPU sampler's random stream
- * (ifl_sample_u with ifl_philox_uniform); inactive rows give -1. Exits 77 without a CUDA device. */
+ * (ifl_sample_u with ifl_philox_uniform), with min_p too; min_p picks lie in the host's kept set;
+ * the device's logit adjustments (ifl_cuda_logit_adjust: bias, penalties, bans) leave rows equal
+ * bit for bit to the host's ifl_logit_adj_apply, and sampling the adjusted rows follows the CPU;
+ * inactive rows give -1. Exits 77 without a CUDA device. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -16,6 +19,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels.h"
+#include "logit_adj.h"
 #include "philox.h"
 #include "rng.h"
 #include "sampler.h"
@@ -81,6 +85,15 @@ static ifl_cuda_sample_req mkreq(float temperature, int32_t top_k, float top_p, 
     return r;
 }
 
+/* The device request for host settings p, as the backend builds it (min_p's cut on the host). */
+static ifl_cuda_sample_req req_of(const ifl_sampling *p, uint64_t seed, uint64_t draw)
+{
+    ifl_cuda_sample_req r = mkreq(p->temperature, p->top_k, p->top_p, seed, draw);
+    r.min_p = p->min_p;
+    r.min_p_cut = ifl_sampling_min_p_cut(p);
+    return r;
+}
+
 static void fill_normal(float *l, int32_t V, double scale, ifl_rng *rng)
 {
     for (int32_t i = 0; i < V; i++)
@@ -137,6 +150,13 @@ static int32_t host_kept(int32_t V, const ifl_cuda_sample_req *r, const cand *or
     double m = order[0].v, total = 0;
     for (int32_t i = 0; i < n; i++)
         total += prob[i] = exp(((double)order[i].v - m) / (double)r->temperature);
+    if (r->min_p > 0.0f) { /* prob[i] is the ratio to the best here: keep those >= min_p */
+        int32_t keep = 0;
+        total = 0;
+        while (keep < n && prob[keep] >= (double)r->min_p * (1 - slack))
+            total += prob[keep++];
+        n = keep;
+    }
     if (r->top_p < 1.0f) {
         double cum = 0;
         int32_t keep = 0;
@@ -435,7 +455,7 @@ static void test_cpu_parity(float *h, int32_t *out, ifl_rng *rng)
             }
             gpu_sample(h, req, S, V, out);
             for (int32_t s = 0; s < S; s++) {
-                ifl_sampling p = {req[s].temperature, req[s].top_k, req[s].top_p};
+                ifl_sampling p = {req[s].temperature, req[s].top_k, req[s].top_p, 0};
                 int32_t cpu = ifl_sample_u(&smp, h + (size_t)s * (size_t)V, &p,
                                            ifl_philox_uniform(req[s].seed, req[s].draw));
                 total++;
@@ -455,6 +475,159 @@ static void test_cpu_parity(float *h, int32_t *out, ifl_rng *rng)
                total);
         CHECKF(dom_agree == dom, "V %d: %d of %d dominant rows agree", V, dom_agree, dom);
     }
+}
+
+/* ---- min_p and the logit adjustments -------------------------------------------------------- */
+
+static const ifl_sampling min_p_modes[] = {
+    {.temperature = 1.0f, .top_p = 1.0f, .min_p = 0.05f},
+    {.temperature = 0.8f, .top_k = 50, .top_p = 0.9f, .min_p = 0.05f},
+    {.temperature = 1.2f, .top_p = 0.95f, .min_p = 0.2f},
+    {.temperature = 0.7f, .top_k = 5, .top_p = 1.0f, .min_p = 0.5f},
+    {.temperature = 1.5f, .top_k = 400, .top_p = 1.0f, .min_p = 0.01f}};
+#define N_MIN_P_MODES (int)(sizeof min_p_modes / sizeof min_p_modes[0])
+
+/* Rows with min_p: every pick in the host's kept set (float64, min_p then top_k then top_p), and
+ * the CPU sampler's draw on >= 99% of rows (the boundary argument of test_cpu_parity). */
+static void test_min_p(float *h, int32_t *out, ifl_rng *rng)
+{
+    static const int32_t vs[] = {1000, GPT2_V};
+    ifl_cuda_sample_req req[MAX_S];
+    for (size_t vi = 0; vi < sizeof vs / sizeof vs[0]; vi++) {
+        int32_t V = vs[vi], S = V == GPT2_V ? 128 : MAX_S, outside = 0, agree = 0;
+        ifl_sampler smp;
+        ifl_err err;
+        if (ifl_sampler_init(&smp, V, &err)) {
+            fprintf(stderr, "%s\n", err.msg);
+            exit(1);
+        }
+        for (int32_t s = 0; s < S; s++) {
+            fill_normal(h + (size_t)s * (size_t)V, V, 2.0 + s % 3, rng);
+            req[s] = req_of(&min_p_modes[s % N_MIN_P_MODES], ifl_rng_next(rng), (uint64_t)s);
+        }
+        gpu_sample(h, req, S, V, out);
+        for (int32_t s = 0; s < S; s++) {
+            const float *l = h + (size_t)s * (size_t)V;
+            best_first(l, V, order_buf, pos_buf);
+            int32_t kept = host_kept(V, &req[s], order_buf, 1e-6, prob_buf);
+            outside += out[s] < 0 || out[s] >= V || pos_buf[out[s]] >= kept;
+            agree += ifl_sample_u(&smp, l, &min_p_modes[s % N_MIN_P_MODES],
+                                  ifl_philox_uniform(req[s].seed, req[s].draw)) == out[s];
+        }
+        ifl_sampler_free(&smp);
+        printf("min_p V %d: %d rows, %d picks outside the host's kept set, %d agree with the CPU\n",
+               V, S, outside, agree);
+        CHECKF(outside == 0, "V %d: %d min_p picks outside the kept set", V, outside);
+        CHECKF(agree * 100 >= S * 99, "V %d: min_p rows agree with the CPU on %d of %d", V, agree,
+               S);
+    }
+}
+
+/* Random adjustments for row s: penalties over ~750 seen ids, 50 biases, 3 bans (every fifth row
+ * none; odd rows no bans). */
+static void random_adj(int32_t s, int32_t V, ifl_seen *seen, ifl_logit_bias *bias, int32_t *ban,
+                       ifl_logit_adj *a, ifl_rng *rng)
+{
+    ifl_err err;
+    memset(a, 0, sizeof *a);
+    if (s % 5 == 4)
+        return;
+    if (ifl_seen_init(seen, 800, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        exit(1);
+    }
+    for (int i = 0; i < 500; i++)
+        ifl_seen_add(seen, rand_below(rng, V), 0);
+    for (int i = 0; i < 250; i++)
+        ifl_seen_add(seen, rand_below(rng, 2000), 1);
+    for (int i = 0; i < 50; i++)
+        bias[i] = (ifl_logit_bias){.id = (i * 1009 + s * 17) % V,
+                                   .bias = (float)(ifl_rng_uniform(rng) * 20.0 - 10.0)};
+    for (int i = 0; i < 3; i++)
+        ban[i] = rand_below(rng, V);
+    *a = (ifl_logit_adj){.pen = {.repetition = 1.0f + (float)(s % 4) * 0.15f,
+                                 .presence = s % 3 ? 0.5f : -0.7f,
+                                 .frequency = (float)(s % 5) * 0.2f},
+                         .seen = seen,
+                         .bias = bias,
+                         .n_bias = 50,
+                         .ban = ban,
+                         .n_ban = s % 2 ? 0 : 3};
+}
+
+/* The device adjusts rows (ld > V apart) exactly as the host does; the adjusted rows then sample
+ * as the CPU does (every control on: penalties, bias, bans, min_p, top_k, top_p). */
+static void test_logit_adjust(float *h, int32_t *out, ifl_rng *rng)
+{
+    enum { S = 64 };
+    const int32_t V = GPT2_V, ld = V + LD_PAD;
+    static ifl_seen seen[S];
+    static ifl_logit_bias bias[S][50];
+    static int32_t ban[S][3];
+    static ifl_logit_adj adj[S];
+    static int32_t rows[S + 1];
+    float *ref = test_xmalloc((size_t)S * V * sizeof *ref);
+    fill_normal(h, S * V, 3.0, rng);
+    memcpy(ref, h, (size_t)S * V * sizeof *ref);
+    int32_t n_ops = 0;
+    for (int32_t s = 0; s < S; s++) {
+        random_adj(s, V, &seen[s], bias[s], ban[s], &adj[s], rng);
+        ifl_logit_adj_apply(ref + (size_t)s * V, &adj[s]);
+        n_ops += ifl_logit_adj_n_ops(&adj[s]);
+    }
+    ifl_logit_op *ops = test_xmalloc((size_t)n_ops * sizeof *ops), *d_ops;
+    int32_t *d_rows, at = 0;
+    for (int32_t s = 0; s < S; s++) {
+        rows[s] = at;
+        at += ifl_logit_adj_ops(&adj[s], ops + at);
+    }
+    rows[S] = at;
+    CUDA_OK(cudaMalloc((void **)&d_ops, (size_t)n_ops * sizeof *ops));
+    CUDA_OK(cudaMalloc((void **)&d_rows, sizeof rows));
+    CUDA_OK(cudaMemcpy(d_ops, ops, (size_t)n_ops * sizeof *ops, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d_rows, rows, sizeof rows, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy2D(d_logits, (size_t)ld * sizeof *h, h, (size_t)V * sizeof *h,
+                         (size_t)V * sizeof *h, S, cudaMemcpyHostToDevice));
+    int rc = ifl_cuda_logit_adjust(d_logits, ld, V, d_ops, d_rows, S, 0);
+    CHECKF(rc == 0, "ifl_cuda_logit_adjust: %s", cudaGetErrorString((cudaError_t)rc));
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaMemcpy2D(h, (size_t)V * sizeof *h, d_logits, (size_t)ld * sizeof *h,
+                         (size_t)V * sizeof *h, S, cudaMemcpyDeviceToHost));
+    int rows_differ = 0;
+    for (int32_t s = 0; s < S; s++)
+        rows_differ += memcmp(h + (size_t)s * V, ref + (size_t)s * V, (size_t)V * sizeof *h) != 0;
+    CHECKF(rows_differ == 0, "%d of %d rows adjusted on the device differ from the host's",
+           rows_differ, S);
+    /* sampling the adjusted rows (gpu_sample uploads them again, the gaps poisoned) */
+    ifl_cuda_sample_req req[S];
+    const ifl_sampling p = {.temperature = 0.9f, .top_k = 50, .top_p = 0.9f, .min_p = 0.05f};
+    for (int32_t s = 0; s < S; s++)
+        req[s] = req_of(&p, 77 + (uint64_t)s, (uint64_t)s);
+    gpu_sample(ref, req, S, V, out);
+    ifl_sampler smp;
+    ifl_err err;
+    int agree = 0, banned = 0;
+    if (ifl_sampler_init(&smp, V, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        exit(1);
+    }
+    for (int32_t s = 0; s < S; s++) {
+        const float *l = ref + (size_t)s * V;
+        agree += ifl_sample_u(&smp, l, &p, ifl_philox_uniform(req[s].seed, req[s].draw)) == out[s];
+        banned += out[s] >= 0 && out[s] < V && l[out[s]] == -INFINITY;
+    }
+    printf("logit adjustments: %d ops over %d rows, %d rows differ from the host; sampled: %d of "
+           "%d agree with the CPU, %d banned picks\n",
+           n_ops, S, rows_differ, agree, S, banned);
+    CHECKF(agree * 100 >= S * 98 && banned == 0, "adjusted rows: %d of %d agree, %d banned picks",
+           agree, S, banned);
+    ifl_sampler_free(&smp);
+    for (int32_t s = 0; s < S; s++)
+        ifl_seen_free(&seen[s]);
+    CUDA_OK(cudaFree(d_ops));
+    CUDA_OK(cudaFree(d_rows));
+    free(ops);
+    free(ref);
 }
 
 int main(void)
@@ -487,6 +660,8 @@ int main(void)
     test_frequencies(h, out);
     test_reproducible(h, out, &rng);
     test_cpu_parity(h, out, &rng);
+    test_min_p(h, out, &rng);
+    test_logit_adjust(h, out, &rng);
 
     /* a launch of inactive rows only */
     {

@@ -1,8 +1,10 @@
 /* test_sampler.c: greedy is argmax (lowest id on ties); top-k and top-p keep exactly the right
- * support; sampled frequencies match the softmax at the temperature (a chi-square bound over 200k
- * draws); a seed gives the same sequence every time and different seeds differ; bad parameters are
- * rejected with a message; Philox4x32-10 matches its published known answers. Also the KV pool
- * accounting: all-or-nothing reservations, no leaks. */
+ * support; min_p keeps exactly the tokens whose probability reaches min_p of the best (against a
+ * float64 reference), with top_k (the shorter wins) and before top_p (whose nucleus is taken from
+ * the mass min_p leaves); sampled frequencies match the softmax at the temperature (a chi-square
+ * bound over 200k draws); a seed gives the same sequence every time and different seeds differ;
+ * bad parameters are rejected with a message; Philox4x32-10 matches its published known answers.
+ * Also the KV pool accounting: all-or-nothing reservations, no leaks. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +61,90 @@ static void test_philox(void)
     CHECK(ifl_philox_bits53(7, 99) != ifl_philox_bits53(8, 99));
     CHECK(ifl_philox_bits53(7, 99) != ifl_philox_bits53(7, 100));
     CHECK(ifl_philox_bits53(7, 99) != ifl_philox_bits53(7, 99 + (1ull << 32)));
+}
+
+/* The distinct ids drawn with p over a grid of n uniforms (every token of probability > 1/n is
+ * hit) into hit (V), and how many. */
+static int drawn_set(ifl_sampler *s, const float *l, const ifl_sampling *p, int n, int *hit)
+{
+    memset(hit, 0, (size_t)s->n_vocab * sizeof *hit);
+    int distinct = 0;
+    for (int j = 0; j < n; j++) {
+        int32_t id = ifl_sample_u(s, l, p, (j + 0.5) / n);
+        distinct += !hit[id];
+        hit[id] = 1;
+    }
+    return distinct;
+}
+
+/* min_p: the kept set against a float64 reference (exp((l - max) / T) >= min_p), alone, with
+ * top_k and before top_p; greedy ignores it. */
+static void test_min_p(ifl_sampler *s, ifl_rng *rng)
+{
+    static int hit[V];
+    float l[V];
+    /* planted: ratios to the best 1, e^-0.5 = 0.61, e^-1 = 0.37, e^-1.8 = 0.17, e^-2.5 = 0.08 */
+    for (int i = 0; i < V; i++)
+        l[i] = -30.0f;
+    const int ids[5] = {500, 7, 900, 3, 250};
+    const float lv[5] = {2.0f, 1.5f, 1.0f, 0.2f, -0.5f};
+    for (int i = 0; i < 5; i++)
+        l[ids[i]] = lv[i];
+    struct {
+        ifl_sampling p;
+        int kept; /* the first `kept` of ids */
+    } cases[] = {
+        {{.temperature = 1, .top_p = 1, .min_p = 0.3f}, 3},
+        {{.temperature = 1, .top_p = 1, .min_p = 0.1f}, 4},
+        {{.temperature = 1, .top_p = 1, .min_p = 1.0f}, 1},
+        {{.temperature = 1, .top_p = 1, .min_p = 0.0f}, 5},
+        {{.temperature = 2, .top_p = 1, .min_p = 0.25f}, 5}, /* T 2: ratios ^0.5: e^-1.25 = 0.29 */
+        {{.temperature = 1, .top_k = 2, .top_p = 1, .min_p = 0.3f}, 2}, /* top_k shorter */
+        {{.temperature = 1, .top_k = 4, .top_p = 1, .min_p = 0.3f}, 3}, /* min_p shorter */
+        /* top_p over what min_p left: masses 1, .61, .37 (total 1.97): 0.8 of it needs two;
+         * without min_p (total 2.22) 0.8 needs three */
+        {{.temperature = 1, .top_p = 0.8f, .min_p = 0.3f}, 2},
+        {{.temperature = 1, .top_p = 0.8f}, 3},
+        {{.temperature = 0, .top_p = 1, .min_p = 0.9f}, 1}, /* greedy ignores min_p */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int n = drawn_set(s, l, &cases[c].p, 20000, hit), inside = 0;
+        for (int i = 0; i < cases[c].kept; i++)
+            inside += hit[ids[i]];
+        CHECKF(n == cases[c].kept && inside == n,
+               "min_p case %zu (T %g, top_k %d, top_p %g, min_p %g): %d tokens drawn, %d of the "
+               "%d expected",
+               c, (double)cases[c].p.temperature, cases[c].p.top_k, (double)cases[c].p.top_p,
+               (double)cases[c].p.min_p, n, inside, cases[c].kept);
+    }
+    /* random logits: every drawn token is in the reference's kept set, and every kept token
+     * likely enough to be hit by the grid was */
+    static const float mins[] = {0.02f, 0.1f, 0.5f};
+    for (int r = 0; r < 6; r++) {
+        for (int i = 0; i < V; i++)
+            l[i] = (float)(2.0 * ifl_rng_normal(rng));
+        ifl_sampling p = {.temperature = r % 2 ? 0.7f : 1.3f, .top_p = 1, .min_p = mins[r % 3]};
+        int n = drawn_set(s, l, &p, 50000, hit);
+        double mx = -1e30, z = 0;
+        for (int i = 0; i < V; i++)
+            mx = l[i] > mx ? l[i] : mx;
+        for (int i = 0; i < V; i++) {
+            double ratio = exp(((double)l[i] - mx) / p.temperature);
+            z += ratio >= p.min_p ? ratio : 0;
+        }
+        int bad = 0, missed = 0, kept = 0;
+        for (int i = 0; i < V; i++) {
+            double ratio = exp(((double)l[i] - mx) / p.temperature);
+            int in = ratio >= p.min_p * (1 + 1e-5), out = ratio < p.min_p * (1 - 1e-5);
+            kept += in;
+            bad += hit[i] && out;
+            missed += in && !hit[i] && ratio / z > 2.0 / 50000;
+        }
+        CHECKF(bad == 0 && missed == 0,
+               "min_p %g, T %g: %d drawn (%d kept by the reference): %d outside, %d missed",
+               (double)p.min_p, (double)p.temperature, n, kept, bad, missed);
+    }
+    printf("min_p: planted cases and random rows match the float64 reference's kept set\n");
 }
 
 int main(void)
@@ -198,9 +284,12 @@ int main(void)
     }
     CHECK(!memcmp(a, b, sizeof a));
     CHECK(memcmp(a, c2, sizeof a) != 0);
+    test_min_p(&s, &rng);
 
     /* Validation */
-    ifl_sampling badp[] = {{-1, 0, 1}, {0.5f, -2, 1}, {0.5f, 0, 0}, {0.5f, 0, 1.5f}, {1e9f, 0, 1}};
+    ifl_sampling badp[] = {{-1, 0, 1, 0},    {0.5f, -2, 1, 0},    {0.5f, 0, 0, 0},
+                           {0.5f, 0, 1.5f, 0}, {1e9f, 0, 1, 0},     {0.5f, 0, 1, -0.1f},
+                           {0.5f, 0, 1, 1.5f}, {0.5f, 0, 1, NAN}};
     for (size_t i = 0; i < sizeof badp / sizeof badp[0]; i++) {
         CHECK(ifl_sampling_validate(&badp[i], &err) != 0);
         printf("rejected: %s\n", err.msg);
