@@ -431,7 +431,7 @@ static const cli_opt OPTS[] = {
      .off = offsetof(bench_opts, cfg.ignore_eos),
      .def_text = "ignore it, as the seed's profile does",
      .help = "stop at <|endoftext|>"},
-    CLI_OPT_TEMPERATURE(bench_opts, temperature, 100, "0: greedy"),
+    CLI_OPT_TEMPERATURE(bench_opts, temperature, "0: greedy"),
     CLI_OPT_MAX_BATCH(bench_opts, cfg.max_batch),
     CLI_OPT_STEP_TOKENS(bench_opts, cfg.step_tokens),
     CLI_OPT_THREADS(bench_opts, threads),

@@ -62,8 +62,8 @@ static void print_timing(const ifl_generate_stats *st, uint64_t seed)
 
 typedef struct {
     const char *dir, *prompt, *logits_path;
-    int32_t n_new, threads, top_k;
-    double temperature, top_p;
+    int32_t n_new, threads, top_k, min_tokens;
+    double temperature, top_p, min_p, presence_penalty, frequency_penalty, repetition_penalty;
     uint64_t seed;
     int ignore_eos, print_ids, special;
     ifl_device want;
@@ -125,7 +125,12 @@ static int run_generate(const gen_opts *o)
         .max_new = o->n_new,
         .sampling = {.temperature = (float)o->temperature,
                      .top_k = o->top_k,
-                     .top_p = (float)o->top_p},
+                     .top_p = (float)o->top_p,
+                     .min_p = (float)o->min_p},
+        .penalties = {.repetition = (float)o->repetition_penalty,
+                      .presence = (float)o->presence_penalty,
+                      .frequency = (float)o->frequency_penalty},
+        .min_tokens = o->min_tokens,
         .seed = o->seed,
         .ignore_eos = o->ignore_eos,
         .eos = model->cfg.eos_token_id,
@@ -176,9 +181,26 @@ static const cli_opt OPTS[] = {
     ROW("prompt", CLI_STR, "TEXT", prompt,
         "the prompt ('-' reads it from stdin; empty starts from <|endoftext|>)"),
     CLI_OPT_MAX_TOKENS(gen_opts, n_new, 0, "tokens to generate"),
-    CLI_OPT_TEMPERATURE(gen_opts, temperature, 100, "0 = greedy"),
+    CLI_OPT_TEMPERATURE(gen_opts, temperature, "0 = greedy"),
     CLI_OPT_TOP_K(gen_opts, top_k, "keep the N most likely tokens, 0 = all"),
     CLI_OPT_TOP_P(gen_opts, top_p, "nucleus sampling mass in (0, 1]"),
+    CLI_OPT_REQUEST_F64("min-p", gen_opts, min_p,
+                        "drop tokens less than X times as likely as the most likely one"),
+    CLI_OPT_REQUEST_F64("presence-penalty", gen_opts, presence_penalty,
+                        "subtracted from the logit of every token generated so far"),
+    CLI_OPT_REQUEST_F64("frequency-penalty", gen_opts, frequency_penalty,
+                        "subtracted from a token's logit once per time it was generated"),
+    CLI_OPT_REQUEST_F64("repetition-penalty", gen_opts, repetition_penalty,
+                        "a token of the prompt or the output: its logit divided by X if positive, "
+                        "else multiplied"),
+    {.name = "min-tokens",
+     .type = CLI_I32,
+     .arg = "N",
+     .lo = 0,
+     .hi = 1 << 20,
+     .off = offsetof(gen_opts, min_tokens),
+     .flags = CLI_FROM_REQUEST,
+     .help = "tokens generated before <|endoftext|> may end the completion (at most --max-tokens)"},
     {.name = "seed",
      .type = CLI_U64,
      .arg = "N",
@@ -218,5 +240,7 @@ int cmd_generate(int argc, char **argv)
         return cli_usage_error(spec.cmd, "--model DIR is required");
     if (!o.prompt)
         return cli_usage_error(spec.cmd, "--prompt TEXT is required");
+    if (o.min_tokens > o.n_new)
+        return cli_usage_error(spec.cmd, "--min-tokens is more than --max-tokens");
     return run_generate(&o);
 }

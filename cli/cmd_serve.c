@@ -146,7 +146,7 @@ static const cli_opt OPTS[] = {
         "a request body must arrive at BYTES a second on average after its first 5 s (else 408 "
         "and the connection closes)"),
     CLI_OPT_MAX_TOKENS(ifl_server_opts, default_max_tokens, 1, "default max_tokens of a request"),
-    CLI_OPT_TEMPERATURE(ifl_server_opts, default_temperature, 2, "default temperature"),
+    CLI_OPT_TEMPERATURE(ifl_server_opts, default_temperature, "default temperature"),
     CLI_OPT_TOP_K(ifl_server_opts, default_top_k, "default top_k"),
     CLI_OPT_TOP_P(ifl_server_opts, default_top_p, "default top_p"),
     ROW("db", CLI_STR, "PATH", 0, 0, db_path,

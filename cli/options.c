@@ -10,6 +10,8 @@
 #include "cli.h"
 #include "options.h"
 
+#include "params.h"
+
 #define HELP_COLUMN 26 /* where the help text of an option starts */
 #define HELP_WIDTH 100 /* the help's lines are wrapped at this column */
 
@@ -42,9 +44,37 @@ static int word_error(const cli_spec *s, const cli_opt *o, const char *arg)
     return -1;
 }
 
-/* Parses arg into the field of option o; -1 after printing what is wrong. */
-static int set_value(const cli_spec *s, const cli_opt *o, const char *arg, char *dst)
+/* The parameter-table row (params.h) of a CLI_FROM_REQUEST option: its name with '_' for '-';
+ * NULL for other options. */
+static const param_def *request_param(const cli_opt *o)
 {
+    char name[64];
+    if (!(o->flags & CLI_FROM_REQUEST) || strlen(o->name) >= sizeof name)
+        return NULL;
+    for (size_t i = 0; (name[i] = o->name[i] == '-' ? '_' : o->name[i]); i++)
+        ;
+    return params_find(name, PARAM_API_WS);
+}
+
+/* Option o as parsed: a request parameter with fixed bounds in the table takes them (a bound the
+ * server sets, max_tokens' or top_k's, stays the command's own). */
+static cli_opt effective(const cli_opt *o)
+{
+    cli_opt r = *o;
+    const param_def *d = request_param(o);
+    if (d && d->hi_from == PARAM_FIXED) {
+        r.lo = d->lo;
+        r.hi = d->hi;
+        if (d->lo_open)
+            r.flags |= CLI_LO_OPEN;
+    }
+    return r;
+}
+
+/* Parses arg into the field of option o; -1 after printing what is wrong. */
+static int set_value(const cli_spec *s, const cli_opt *row, const char *arg, char *dst)
+{
+    const cli_opt eff = effective(row), *o = &eff;
     void *f = dst + o->off;
     const char *cmd = s->cmd;
     char opt[96];
@@ -240,6 +270,11 @@ static int set_defaults(const cli_spec *s, char *dst)
 {
     for (size_t i = 0; i < s->n_opts; i++) {
         const cli_opt *o = &s->opts[i];
+        const param_def *d = request_param(o);
+        if (d && d->def_from == PARAM_FIXED && o->type == CLI_F64) /* the table's own default */
+            *(double *)(dst + o->off) = d->def;
+        else if (d && d->def_from == PARAM_FIXED && o->type == CLI_I32)
+            *(int32_t *)(dst + o->off) = (int32_t)d->def;
         if (o->def && (o->type == CLI_FLAG || o->type == CLI_FLAG_OFF))
             *(int *)(dst + o->off) = atoi(o->def); /* "1": on unless the flag says otherwise */
         else if (o->def && set_value(s, o, o->def, dst)) {

@@ -27,8 +27,12 @@ typedef enum {
 enum {
     CLI_OPTIONAL_ARG = 1, /* --name or --name=VALUE (the value needs the '=') */
     CLI_LO_OPEN = 2,      /* CLI_F64: lo itself is out of range */
-    /* A request's sampling parameter (max_tokens, temperature, top_k, top_p, seed): its default
-     * and range are to come from the request-parameter table once there is one. */
+    /* A request's parameter (the option's name with '_' for '-' is a row of the parameter
+     * table, server/params.h): its range is the table's where the table's is fixed (temperature,
+     * top_p, the penalties; max_tokens' and top_k's are the command's), and so is its default
+     * where the table's is its own (min_p, the penalties); a default the server sets (max_tokens,
+     * temperature, top_k, top_p) is the command's (serve's and generate's: defaults.h's, as the
+     * table's). */
     CLI_FROM_REQUEST = 4,
 };
 
@@ -118,21 +122,19 @@ int cli_parse(const cli_spec *spec, int argc, char **argv, int first, void *dst,
         .name = "max-tokens", .letter = 'n', .type = CLI_I32, .arg = "N", .lo = LO, .hi = 1 << 20, \
         .off = offsetof(T, F), .flags = CLI_FROM_REQUEST, .help = HELP                             \
     }
-#define CLI_OPT_TEMPERATURE(T, F, HI, HELP)                                                        \
+#define CLI_OPT_TEMPERATURE(T, F, HELP) CLI_OPT_REQUEST_F64("temperature", T, F, HELP)
+/* A number parameter of a request (its range and default: the parameter table's) */
+#define CLI_OPT_REQUEST_F64(NAME, T, F, HELP)                                                      \
     {                                                                                              \
-        .name = "temperature", .type = CLI_F64, .arg = "X", .lo = 0, .hi = HI,                     \
-        .off = offsetof(T, F), .flags = CLI_FROM_REQUEST, .help = HELP                             \
+        .name = NAME, .type = CLI_F64, .arg = "X", .off = offsetof(T, F),                          \
+        .flags = CLI_FROM_REQUEST, .help = HELP                                                    \
     }
 #define CLI_OPT_TOP_K(T, F, HELP)                                                                  \
     {                                                                                              \
         .name = "top-k", .type = CLI_I32, .arg = "N", .lo = 0, .hi = 1 << 24,                      \
         .off = offsetof(T, F), .flags = CLI_FROM_REQUEST, .help = HELP                             \
     }
-#define CLI_OPT_TOP_P(T, F, HELP)                                                                  \
-    {                                                                                              \
-        .name = "top-p", .type = CLI_F64, .arg = "X", .lo = 0, .hi = 1, .off = offsetof(T, F),     \
-        .flags = CLI_FROM_REQUEST | CLI_LO_OPEN, .help = HELP                                      \
-    }
+#define CLI_OPT_TOP_P(T, F, HELP) CLI_OPT_REQUEST_F64("top-p", T, F, HELP)
 #define CLI_OPT_SEED(T, F, HELP)                                                                   \
     {                                                                                              \
         .name = "seed", .type = CLI_U64, .arg = "N", .off = offsetof(T, F),                        \

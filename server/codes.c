@@ -53,6 +53,9 @@ static const ifl_code_info CODES[] = {
     [IFL_CODE_TOO_MANY_CONNECTIONS] = {"too_many_connections", 503,
                                        "the server holds --max-connections sockets and none could "
                                        "make room; try again"},
+    [IFL_CODE_UNSUPPORTED_FIELD] = {"unsupported_field", 400,
+                                    "a known field with a value this server does not support "
+                                    "(only its neutral values are accepted)"},
 };
 
 _Static_assert(sizeof CODES / sizeof CODES[0] == IFL_N_CODES, "codes.c: one entry per ifl_code");

@@ -4,8 +4,8 @@
  * stream's events and errors are written. Triton's generate extension is http_triton.c, OpenAI's
  * completions and chat completions http_openai.c (the two differ by their openai_shape). Adding an
  * API: an http_api_kind and its row; adding to every API's answers: a writer in the row. Pure
- * functions: JSON in, bytes out; the checks of the fields /ws also has are protocol.c's
- * (proto_parse_params). Service thread. */
+ * functions: JSON in, bytes out; the fields and their checks are the parameter table's
+ * (params.h). Service thread. */
 #ifndef IFL_HTTP_API_H
 #define IFL_HTTP_API_H
 
@@ -47,7 +47,7 @@ typedef struct {
 
 /* How OpenAI's completions and chat completions differ (http_openai.c reads its API's row). */
 typedef struct {
-    const char *const *fields; /* the body's fields besides those both have (NULL-terminated) */
+    param_api params;          /* its fields: the parameter table's rows for this API */
     int prompt_ids;            /* "prompt" may be an array of token ids */
     /* The API's own fields made /ws's in o, the body's copy (chat: messages rendered into
      * prompt); 0, or -1 with *err. NULL: none. */
@@ -61,6 +61,9 @@ typedef struct {
 } openai_shape;
 
 extern const openai_shape OPENAI_COMPLETIONS_SHAPE, OPENAI_CHAT_SHAPE; /* http_openai.c */
+/* finish_reason carries OpenAI's values only ("stop", "length"): a request cancelled by the
+ * server's stop is answered as an error (503 shutting_down; in a stream, its error event). */
+#define OPENAI_CANCELLED_MESSAGE "the server stopped before the request finished"
 
 /* One HTTP generation API. */
 typedef struct http_api_desc http_api_desc;

@@ -240,6 +240,12 @@ static void sink_done(void *fe, const srv_req *r, const req_result *res)
                          res->message ? res->message : "the engine failed", 0);
         return;
     }
+    if (res->finish == IFL_FINISH_CANCELLED && HTTP_APIS[g->ri.api].openai && !g->ri.stream) {
+        /* OpenAI has no finish_reason for it: a request the stopping server cancelled */
+        gen_error_answer(c, g->wsi, &g->ri, 503, IFL_CODE_SHUTTING_DOWN, NULL,
+                         OPENAI_CANCELLED_MESSAGE, 0);
+        return;
+    }
     strbuf sb;
     sb_init(&sb, 0);
     const char *text = g->text.buf ? sb_text(&g->text) : "";

@@ -1,13 +1,13 @@
 /* http_openai.c: OpenAI's completions and chat completions as http_gen.c serves them (http_api.h),
  * and GET /v1/models.
  *
- * Requests: model (required: iterative-gpt2, simple-gpt2, iterative, static, or the served
- * model's name, meaning iterative), prompt (completions: a string, or an array of token ids) or
- * messages (chat: rendered with
- * the plain-text template below), max_tokens (chat also max_completion_tokens), temperature,
- * top_p, seed, stop (a string or up to 4 strings), stream, stream_options.include_usage, user (the
- * session of the batchers' fairness), n (1 only), and vLLM's extensions top_k and ignore_eos. Any
- * other field is refused, naming it. The fields /ws also has are checked by proto_parse_params.
+ * Requests: the fields the parameter table (params.h) gives completions and chat: model
+ * (required: iterative-gpt2, simple-gpt2, iterative, static, or the served model's name, meaning
+ * iterative), prompt (completions: a string, or an array of token ids) or messages (chat), stream,
+ * stream_options.include_usage, user (the session of the batchers' fairness), the value
+ * parameters (OpenAI's and vLLM's: null is the default), and OpenAI's fields this server does not
+ * implement with a neutral value (another value: unsupported_field). Any other field is refused,
+ * naming it.
  *
  * The chat template is chat_template.h's (the same as /ws's generate with messages).
  *
@@ -46,23 +46,6 @@ int http_clip_len(const char *s, size_t max)
     return (int)n;
 }
 
-static const char *const COMMON[] = {
-    "model",          "max_tokens", "temperature", "top_p", "seed",       "stop", "stream",
-    "stream_options", "user",       "n",           "top_k", "ignore_eos", NULL};
-
-static int in_list(const char *const *list, const char *name)
-{
-    for (; *list; list++)
-        if (!strcmp(*list, name))
-            return 1;
-    return 0;
-}
-
-static int allowed(const openai_shape *sh, const char *name)
-{
-    return in_list(COMMON, name) || in_list(sh->fields, name);
-}
-
 static int fail(proto_error *err, ifl_code code, const char *param, const char *msg)
 {
     proto_error_set(err, code, "%s", msg);
@@ -71,20 +54,14 @@ static int fail(proto_error *err, ifl_code code, const char *param, const char *
     return -1;
 }
 
-/* model, stream, stream_options, user, n: what proto_parse_params does not check. */
+/* Every field known (the parameter table's), then model, stream, stream_options, user: what
+ * proto_parse_params does not read. */
 static int parse_openai_fields(const cJSON *root, const char *served, http_req_info *ri,
                                proto_error *err)
 {
     char msg[300];
-    const cJSON *f;
-    cJSON_ArrayForEach(f, root)
-    {
-        const char *name = f->string ? f->string : "";
-        if (!allowed(shape_of(ri), name)) {
-            snprintf(msg, sizeof msg, "unknown field '%.*s'", http_clip_len(name, 64), name);
-            return fail(err, IFL_CODE_UNKNOWN_FIELD, name, msg);
-        }
-    }
+    if (params_check_fields(root, shape_of(ri)->params, 1, "the request", err))
+        return -1;
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(root, "model");
     if (!m)
         return fail(err, IFL_CODE_MISSING_FIELD, "model", "field 'model' is required");
@@ -120,9 +97,6 @@ static int parse_openai_fields(const cJSON *root, const char *served, http_req_i
                         "field 'stream_options' is only allowed with \"stream\": true");
         ri->include_usage = cJSON_IsTrue(u);
     }
-    v = cJSON_GetObjectItemCaseSensitive(root, "n");
-    if (v && !cJSON_IsNull(v) && !(cJSON_IsNumber(v) && v->valuedouble == 1))
-        return fail(err, IFL_CODE_OUT_OF_RANGE, "n", "field 'n' must be 1: one choice per request");
     v = cJSON_GetObjectItemCaseSensitive(root, "user");
     if (v && !cJSON_IsNull(v)) {
         size_t n = cJSON_IsString(v) && v->valuestring ? strlen(v->valuestring) : 0;
@@ -135,8 +109,7 @@ static int parse_openai_fields(const cJSON *root, const char *served, http_req_i
     return 0;
 }
 
-/* Chat's fields as /ws's: the messages rendered into prompt, max_completion_tokens as
- * max_tokens. */
+/* Chat's fields as /ws's: the messages rendered into prompt. */
 static int chat_normalize(const cJSON *root, cJSON *o, proto_error *err)
 {
     strbuf sb;
@@ -147,16 +120,10 @@ static int chat_normalize(const cJSON *root, cJSON *o, proto_error *err)
     }
     cJSON_AddItemToObject(o, "prompt", cJSON_CreateString(sb_text(&sb)));
     sb_free(&sb);
-    cJSON *mct = cJSON_DetachItemFromObjectCaseSensitive(o, "max_completion_tokens");
-    if (mct && !cJSON_GetObjectItemCaseSensitive(o, "max_tokens"))
-        cJSON_AddItemToObject(o, "max_tokens", mct);
-    else
-        cJSON_Delete(mct);
     return 0;
 }
 
-/* The request as proto_parse_params reads it: the API's own fields normalized (sh->normalize),
- * stop as an array. */
+/* The request as proto_parse_params reads it: the API's own fields normalized (sh->normalize). */
 static cJSON *normalize(const cJSON *root, const openai_shape *sh, proto_error *err)
 {
     cJSON *o = cJSON_Duplicate(root, 1);
@@ -167,14 +134,6 @@ static cJSON *normalize(const cJSON *root, const openai_shape *sh, proto_error *
     if (sh->normalize && sh->normalize(root, o, err)) {
         cJSON_Delete(o);
         return NULL;
-    }
-    cJSON *stop = cJSON_GetObjectItemCaseSensitive(o, "stop");
-    if (stop && cJSON_IsString(stop)) {
-        cJSON *arr = cJSON_CreateArray();
-        cJSON_AddItemToArray(arr, cJSON_CreateString(stop->valuestring));
-        cJSON_ReplaceItemInObjectCaseSensitive(o, "stop", arr);
-    } else if (stop && cJSON_IsNull(stop)) {
-        cJSON_DeleteItemFromObjectCaseSensitive(o, "stop");
     }
     return o;
 }
@@ -225,7 +184,7 @@ int openai_parse(const cJSON *root, const proto_limits *lim, const char *served,
     cJSON *o = normalize(root, sh, err);
     if (!o)
         return -1;
-    int rc = proto_parse_params(o, ids ? NULL : "prompt", lim, p, err);
+    int rc = proto_parse_params(o, sh->params, ids ? NULL : "prompt", lim, p, err);
     cJSON_Delete(o);
     if (rc)
         return -1;
@@ -236,9 +195,11 @@ int openai_parse(const cJSON *root, const proto_limits *lim, const char *served,
 
 /* ---- writers --------------------------------------------------------------------------------- */
 
+/* OpenAI's finish_reason: "length" or "stop" (end-of-text, a stop string, a stop token id). The
+ * other ends (error, cancelled) are answered as errors, never as a finish_reason. */
 static const char *finish_reason(ifl_finish f)
 {
-    return f == IFL_FINISH_EOS || f == IFL_FINISH_STOP ? "stop" : ifl_finish_name(f);
+    return f == IFL_FINISH_LENGTH ? "length" : "stop";
 }
 
 /* {"id":...,"object":...,"created":...,"model":..., (left open) */
@@ -324,6 +285,8 @@ void openai_write_end(strbuf *sb, http_req_info *ri, const req_result *res, cons
         if (res->finish == IFL_FINISH_ERROR) {
             const char *m = res->message ? res->message : "the engine failed";
             openai_write_error(sb, 500, res->code, NULL, m, 1);
+        } else if (res->finish == IFL_FINISH_CANCELLED) {
+            openai_write_error(sb, 503, IFL_CODE_SHUTTING_DOWN, NULL, OPENAI_CANCELLED_MESSAGE, 1);
         } else {
             put_chunk(sb, ri, NULL, 0, finish_reason(res->finish));
         }
@@ -399,17 +362,14 @@ void openai_write_models(strbuf *sb, const char *served, long long created)
 
 /* ---- the two APIs' shapes (their rows: api_table.c) ------------------------------------------ */
 
-static const char *const COMPLETIONS_FIELDS[] = {"prompt", NULL};
-static const char *const CHAT_FIELDS[] = {"messages", "max_completion_tokens", NULL};
-
-const openai_shape OPENAI_COMPLETIONS_SHAPE = {.fields = COMPLETIONS_FIELDS,
+const openai_shape OPENAI_COMPLETIONS_SHAPE = {.params = PARAM_API_COMPLETIONS,
                                                .prompt_ids = 1,
                                                .object = "text_completion",
                                                .chunk_object = "text_completion",
                                                .put_delta = completion_delta,
                                                .put_whole = completion_text};
 
-const openai_shape OPENAI_CHAT_SHAPE = {.fields = CHAT_FIELDS,
+const openai_shape OPENAI_CHAT_SHAPE = {.params = PARAM_API_CHAT,
                                         .normalize = chat_normalize,
                                         .finish_params = chat_add_stop,
                                         .object = "chat.completion",

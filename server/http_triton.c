@@ -1,6 +1,7 @@
 /* http_triton.c: Triton's generate extension as http_gen.c serves it (http_api.h): the request
- * {"text_input": "...", "max_tokens": N, ...} with the sampling fields of /ws's generate at the
- * top level or under "parameters" (not both), "id" echoed, any other field refused; the answer
+ * {"text_input": "...", "max_tokens": N, ...} with the value parameters of the parameter table
+ * (params.h) at the top level or under "parameters" (not both), "id" echoed, any other field
+ * refused; the answer
  * {"model_name", "model_version": "1", "text_output", "finish_reason", "prompt_tokens",
  * "completion_tokens"}; a stream event per token {"model_name", "model_version", "text_output"}
  * and a last one with the finish; errors {"error": "..."}. */
@@ -10,35 +11,13 @@
 
 #include "http_api.h"
 
-static const char *const TOP_FIELDS[] = {"text_input",  "parameters", "id",    "max_tokens",
-                                         "temperature", "top_k",      "top_p", "seed",
-                                         "stop",        "ignore_eos", NULL};
-
-static int in_list(const char *const *list, const char *name)
-{
-    for (; *list; list++)
-        if (!strcmp(*list, name))
-            return 1;
-    return 0;
-}
-
 /* The request as /ws's generate would have it: a copy of the body's object with the fields of
  * "parameters" moved to the top level (a field in both is an error), unknown fields refused, and
  * the id (a string of 1..64 bytes) taken out. NULL with *err. */
 static cJSON *flatten(const cJSON *root, http_req_info *ri, proto_error *err)
 {
-    const cJSON *f;
-    cJSON_ArrayForEach(f, root)
-    {
-        const char *name = f->string ? f->string : "";
-        if (!in_list(TOP_FIELDS, name)) {
-            proto_error_set(err, IFL_CODE_UNKNOWN_FIELD,
-                            "the request has no field '%.*s' (text_input, parameters, id, "
-                            "max_tokens, temperature, top_k, top_p, seed, stop, ignore_eos)",
-                            http_clip_len(name, 64), name);
-            return NULL;
-        }
-    }
+    if (params_check_fields(root, PARAM_API_V2, 1, "the request", err))
+        return NULL;
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(root, "id");
     if (id) {
         size_t n = cJSON_IsString(id) && id->valuestring ? strlen(id->valuestring) : 0;
@@ -64,16 +43,11 @@ static cJSON *flatten(const cJSON *root, http_req_info *ri, proto_error *err)
                         proto_json_type_name(params));
         goto fail;
     }
+    if (params_check_fields(params, PARAM_API_V2, 0, "'parameters'", err))
+        goto fail;
     cJSON *p;
     while ((p = params->child)) {
         const char *name = p->string ? p->string : "";
-        if (!in_list(TOP_FIELDS + 3, name)) {
-            proto_error_set(err, IFL_CODE_UNKNOWN_FIELD,
-                            "'parameters' has no field '%.*s' (max_tokens, temperature, top_k, "
-                            "top_p, seed, stop, ignore_eos)",
-                            http_clip_len(name, 64), name);
-            goto fail;
-        }
         if (cJSON_GetObjectItemCaseSensitive(flat, name)) {
             proto_error_set(err, IFL_CODE_INVALID_REQUEST,
                             "field '%s' is given both at the top level and under 'parameters'",
@@ -137,7 +111,7 @@ int triton_parse(const cJSON *root, const proto_limits *lim, http_req_info *ri, 
     cJSON *flat = flatten(root, ri, err);
     if (!flat)
         return -1;
-    int rc = proto_parse_params(flat, "text_input", lim, p, err);
+    int rc = proto_parse_params(flat, PARAM_API_V2, "text_input", lim, p, err);
     cJSON_Delete(flat);
     return rc;
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "chat_template.h"
+#include "params.h"
 
 void proto_error_set(proto_error *e, ifl_code code, const char *fmt, ...)
 {
@@ -31,19 +32,7 @@ void proto_msg_free(proto_msg *m)
 
 static const char *json_type_name(const cJSON *v)
 {
-    if (cJSON_IsString(v))
-        return "a string";
-    if (cJSON_IsNumber(v))
-        return "a number";
-    if (cJSON_IsBool(v))
-        return "a boolean";
-    if (cJSON_IsNull(v))
-        return "null";
-    if (cJSON_IsArray(v))
-        return "an array";
-    if (cJSON_IsObject(v))
-        return "an object";
-    return "invalid";
+    return params_json_type(v);
 }
 
 /* Copies a string for an error message: at most 40 bytes, cut at a character boundary. */
@@ -78,64 +67,13 @@ static int want_string(const cJSON *v, const char *field, proto_error *err)
     return -1;
 }
 
-static int want_int(const cJSON *v, const char *field, double lo, double hi, double *out,
-                    proto_error *err)
-{
-    set_param(err, field); /* cleared again on success */
-    if (!cJSON_IsNumber(v)) {
-        proto_error_set(err, IFL_CODE_WRONG_TYPE, "field '%s' must be an integer, not %s", field,
-                        json_type_name(v));
-        return -1;
-    }
-    double d = v->valuedouble;
-    if (!isfinite(d) || d != floor(d)) {
-        proto_error_set(err, IFL_CODE_WRONG_TYPE, "field '%s' is %g: must be an integer", field, d);
-        return -1;
-    }
-    if (d < lo || d > hi) {
-        proto_error_set(err, IFL_CODE_OUT_OF_RANGE,
-                        "field '%s' is %.6g: must be between %.0f and %.0f", field, d, lo, hi);
-        return -1;
-    }
-    *out = d;
-    err->param[0] = 0;
-    return 0;
-}
-
-static int want_num(const cJSON *v, const char *field, double lo, double hi, int lo_open,
-                    double *out, proto_error *err)
-{
-    set_param(err, field); /* cleared again on success */
-    if (!cJSON_IsNumber(v)) {
-        proto_error_set(err, IFL_CODE_WRONG_TYPE, "field '%s' must be a number, not %s", field,
-                        json_type_name(v));
-        return -1;
-    }
-    double d = v->valuedouble;
-    if (!isfinite(d) || d > hi || (lo_open ? d <= lo : d < lo)) {
-        proto_error_set(err, IFL_CODE_OUT_OF_RANGE,
-                        "field '%s' is %g: must be %s %g and at most %g", field, d,
-                        lo_open ? "above" : "at least", lo, hi);
-        return -1;
-    }
-    *out = d;
-    err->param[0] = 0;
-    return 0;
-}
-
-/* The fields each message type may carry. */
+/* The fields of the messages other than generate (whose fields are the parameter table's). */
 static int field_allowed(proto_kind k, const char *name)
 {
-    static const char *const gen[] = {
-        "type",  "id",    "prompt", "messages", "model",      "max_tokens",   "temperature",
-        "top_k", "top_p", "seed",   "stop",     "ignore_eos", "conversation", NULL};
     static const char *const cancel[] = {"type", "id", NULL};
     static const char *const sub[] = {"type", "topic", NULL};
     static const char *const ping[] = {"type", "id", NULL};
-    const char *const *list = k == PROTO_GENERATE ? gen
-                              : k == PROTO_CANCEL ? cancel
-                              : k == PROTO_PING   ? ping
-                                                  : sub;
+    const char *const *list = k == PROTO_CANCEL ? cancel : k == PROTO_PING ? ping : sub;
     for (; *list; list++)
         if (!strcmp(*list, name))
             return 1;
@@ -167,116 +105,13 @@ static int parse_prompt(const cJSON *root, const char *field, req_params *m, pro
     return 0;
 }
 
-/* max_tokens, temperature, top_k, top_p, seed: each optional, range-checked. */
-static int parse_numbers(const cJSON *root, const proto_limits *lim, req_params *m,
-                         proto_error *err)
-{
-    const cJSON *v;
-    double d;
-    if ((v = cJSON_GetObjectItemCaseSensitive(root, "max_tokens"))) {
-        if (want_int(v, "max_tokens", 1, lim->max_tokens, &d, err))
-            return -1;
-        m->max_tokens = (int32_t)d;
-    }
-    if ((v = cJSON_GetObjectItemCaseSensitive(root, "temperature"))) {
-        if (want_num(v, "temperature", 0, 2, 0, &d, err))
-            return -1;
-        m->temperature = d;
-    }
-    if ((v = cJSON_GetObjectItemCaseSensitive(root, "top_k"))) {
-        if (want_int(v, "top_k", 0, lim->n_vocab, &d, err))
-            return -1;
-        m->top_k = (int32_t)d;
-    }
-    if ((v = cJSON_GetObjectItemCaseSensitive(root, "top_p"))) {
-        if (want_num(v, "top_p", 0, 1, 1, &d, err))
-            return -1;
-        m->top_p = d;
-    }
-    if ((v = cJSON_GetObjectItemCaseSensitive(root, "seed"))) {
-        if (want_int(v, "seed", 0, 9007199254740991.0, &d, err))
-            return -1;
-        m->has_seed = 1;
-        m->seed = (uint64_t)d;
-    }
-    return 0;
-}
-
-static int parse_stop(const cJSON *v, req_params *m, proto_error *err)
-{
-    set_param(err, "stop");
-    if (!cJSON_IsArray(v)) {
-        proto_error_set(err, IFL_CODE_WRONG_TYPE,
-                        "field 'stop' must be an array of strings, not %s", json_type_name(v));
-        return -1;
-    }
-    int n = cJSON_GetArraySize(v);
-    if (n > IFL_MAX_STOPS) {
-        proto_error_set(err, IFL_CODE_OUT_OF_RANGE, "field 'stop' has %d strings: at most %d", n,
-                        IFL_MAX_STOPS);
-        return -1;
-    }
-    int i = 0;
-    const cJSON *s;
-    cJSON_ArrayForEach(s, v)
-    {
-        if (!cJSON_IsString(s) || !s->valuestring) {
-            proto_error_set(err, IFL_CODE_WRONG_TYPE, "stop[%d] must be a string, not %s", i,
-                            json_type_name(s));
-            return -1;
-        }
-        size_t len = strlen(s->valuestring);
-        if (len < 1 || len > IFL_MAX_STOP_BYTES) {
-            proto_error_set(err, IFL_CODE_OUT_OF_RANGE, "stop[%d] is %zu bytes: must be 1 to %d", i,
-                            len, IFL_MAX_STOP_BYTES);
-            return -1;
-        }
-        memcpy(m->stop[i], s->valuestring, len + 1);
-        i++;
-    }
-    m->n_stop = i;
-    err->param[0] = 0;
-    return 0;
-}
-
-static void params_defaults(const proto_limits *lim, req_params *m)
+int proto_parse_params(const cJSON *obj, param_api api, const char *prompt_field,
+                       const proto_limits *lim, req_params *m, proto_error *err)
 {
     m->policy = IFL_POLICY_ITERATIVE;
-    m->max_tokens = lim->def_max_tokens;
-    m->temperature = lim->def_temperature;
-    m->top_k = lim->def_top_k;
-    m->top_p = lim->def_top_p;
-}
-
-/* max_tokens, temperature, top_k, top_p, seed, ignore_eos, stop: each optional, checked. */
-static int parse_sampling(const cJSON *root, const proto_limits *lim, req_params *m,
-                          proto_error *err)
-{
-    const cJSON *v;
-    if (parse_numbers(root, lim, m, err))
+    if (prompt_field && parse_prompt(obj, prompt_field, m, err))
         return -1;
-    if ((v = cJSON_GetObjectItemCaseSensitive(root, "ignore_eos"))) {
-        if (!cJSON_IsBool(v)) {
-            set_param(err, "ignore_eos");
-            proto_error_set(err, IFL_CODE_WRONG_TYPE,
-                            "field 'ignore_eos' must be a boolean, not %s", json_type_name(v));
-            return -1;
-        }
-        m->ignore_eos = cJSON_IsTrue(v);
-    }
-    if ((v = cJSON_GetObjectItemCaseSensitive(root, "stop")) && parse_stop(v, m, err))
-        return -1;
-    return 0;
-}
-
-int proto_parse_params(const cJSON *obj, const char *prompt_field, const proto_limits *lim,
-                       req_params *m, proto_error *err)
-{
-    params_defaults(lim, m);
-    if ((prompt_field && parse_prompt(obj, prompt_field, m, err)) ||
-        parse_sampling(obj, lim, m, err))
-        return -1;
-    return 0;
+    return params_parse(obj, api, lim, m, err);
 }
 
 /* messages instead of prompt: rendered with the chat template (chat_template.h). */
@@ -338,7 +173,8 @@ static int parse_generate(const cJSON *root, const proto_limits *lim, req_params
                           proto_error *err)
 {
     const cJSON *v;
-    params_defaults(lim, m);
+    params_set_defaults(m, lim);
+    m->policy = IFL_POLICY_ITERATIVE;
     int chat = cJSON_GetObjectItemCaseSensitive(root, "messages") != NULL;
     if (chat ? parse_messages(root, m, err) : parse_prompt(root, "prompt", m, err))
         return -1;
@@ -356,7 +192,7 @@ static int parse_generate(const cJSON *root, const proto_limits *lim, req_params
             return -1;
         }
     }
-    if (parse_sampling(root, lim, m, err))
+    if (params_parse(root, PARAM_API_WS, lim, m, err))
         return -1;
     if (chat)
         chat_add_stop(m);
@@ -591,6 +427,8 @@ static int parse_type(const cJSON *root, proto_kind *kind, proto_error *err)
 /* Every field known to this type (none twice: refuse_duplicate saw to that). */
 static int check_fields(const cJSON *root, proto_kind kind, const char *type, proto_error *err)
 {
+    if (kind == PROTO_GENERATE)
+        return params_check_fields(root, PARAM_API_WS, 1, type, err);
     for (const cJSON *f = root->child; f; f = f->next) {
         char c[64];
         clip(c, sizeof c, f->string ? f->string : "");

@@ -12,6 +12,7 @@
 
 #include "batcher.h"
 #include "codes.h"
+#include "params.h"
 #include "request.h"
 #include "strbuf.h"
 
@@ -26,7 +27,7 @@ typedef enum {
 } proto_kind;
 
 /* Server-side limits the parser checks against. */
-typedef struct {
+typedef struct proto_limits {
     int32_t max_tokens; /* most tokens a request may ask for */
     int32_t n_vocab;    /* top_k upper bound */
     /* defaults for absent fields */
@@ -43,7 +44,7 @@ typedef struct {
     char topic[16]; /* subscribe / unsubscribe */
 } proto_msg;
 
-typedef struct {
+typedef struct proto_error {
     ifl_code code; /* stable code of docs/protocol.md, e.g. IFL_CODE_OUT_OF_RANGE */
     char message[512];
     char param[48]; /* the field it is about ("" when none): OpenAI's error.param */
@@ -58,13 +59,13 @@ int proto_parse(const char *text, size_t len, const proto_limits *lim, proto_msg
 void proto_msg_free(proto_msg *m);
 
 /* The generation parameters of one JSON object, for the HTTP APIs: the prompt from prompt_field
- * (a non-empty string; NULL: the caller takes the prompt itself), then the same optional fields and
- * checks as generate's (max_tokens, temperature, top_k, top_p, seed, ignore_eos, stop), defaults
- * from lim; the policy is left as iterative (the caller's route decides). Unknown fields are the
- * caller's to check. 0, or -1 with *err; either way free m->prompt. */
+ * (a non-empty string; NULL: the caller takes the prompt itself), then the value parameters api
+ * knows (params_parse: defaults from lim, each checked); the policy is left as iterative (the
+ * caller's route decides). Unknown fields are the caller's to check (params_check_fields). 0, or
+ * -1 with *err; either way free m->prompt. */
 struct cJSON;
-int proto_parse_params(const struct cJSON *obj, const char *prompt_field, const proto_limits *lim,
-                       req_params *m, proto_error *err);
+int proto_parse_params(const struct cJSON *obj, param_api api, const char *prompt_field,
+                       const proto_limits *lim, req_params *m, proto_error *err);
 /* A JSON object from text (UTF-8 checked by the caller), refusing trailing bytes, \u0000 escapes
  * and an object at any depth with two members of one name (`duplicate key "NAME"`, param NAME) as
  * proto_parse does; NULL with *err. cJSON_Delete it. */

@@ -44,10 +44,17 @@ void proto_write_hello(strbuf *sb, const proto_hello *h)
               "\"max_outbox_bytes\":%d},",
               h->n_ctx, h->max_tokens, h->max_message, h->max_inflight, IFL_MAX_STOPS,
               IFL_MAX_STOP_BYTES, h->max_batch, h->max_queue, h->max_outbox);
-    sb_printf(sb,
-              "\"defaults\":{\"model\":\"iterative\",\"max_tokens\":%d,\"temperature\":%g,"
-              "\"top_k\":%d,\"top_p\":%g},",
-              h->def_max_tokens, h->def_temperature, h->def_top_k, h->def_top_p);
+    proto_limits lim = {.max_tokens = h->max_tokens,
+                        .n_vocab = h->n_vocab,
+                        .def_max_tokens = h->def_max_tokens,
+                        .def_temperature = h->def_temperature,
+                        .def_top_k = h->def_top_k,
+                        .def_top_p = h->def_top_p};
+    sb_puts(sb, "\"defaults\":{\"model\":\"iterative\"");
+    params_write_server_defaults(sb, &lim);
+    sb_puts(sb, "},\"params\":");
+    params_write_json(sb, &lim);
+    sb_puts(sb, ",");
     sb_printf(sb, "\"user_key\":%s,\"history\":", h->user_key ? "true" : "false");
     put_str(sb, h->history);
     sb_puts(sb, "}");

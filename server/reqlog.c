@@ -2,6 +2,8 @@
  * refused requests' rows by client address and in all (reqlog.h). */
 #include "reqlog.h"
 
+#include "params.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -16,22 +18,16 @@ double reqlog_unix_ms(const reqlog *lg, uint64_t mono_us)
     return lg->epoch_ms_at_t0 + ((double)mono_us - (double)lg->t0_us) / 1e3;
 }
 
-void reqlog_params_json(const req_params *p, uint64_t seed, char *out, size_t cap)
+char *reqlog_params_json(const req_params *p, uint64_t seed)
 {
     strbuf sb;
     sb_init(&sb, 0);
-    sb_printf(&sb,
-              "{\"max_tokens\":%d,\"temperature\":%.9g,\"top_k\":%d,\"top_p\":%.9g,"
-              "\"seed\":%llu,\"stop\":[",
-              p->max_tokens, p->temperature, p->top_k, p->top_p, (unsigned long long)seed);
-    for (int i = 0; i < p->n_stop; i++) {
-        if (i)
-            sb_puts(&sb, ",");
-        sb_json_str(&sb, p->stop[i], strlen(p->stop[i]));
+    params_log_json(&sb, p, seed);
+    if (!sb_ok(&sb)) {
+        sb_free(&sb);
+        return NULL;
     }
-    sb_printf(&sb, "],\"ignore_eos\":%s}", p->ignore_eos ? "true" : "false");
-    snprintf(out, cap, "%s", sb_ok(&sb) && sb.len < cap ? sb_text(&sb) : "{}");
-    sb_free(&sb);
+    return sb_steal(&sb);
 }
 
 /* The fields every request record has, finished or refused. */

@@ -61,8 +61,9 @@ struct reqlog {
 /* A monotonic stamp as Unix milliseconds (0 stays 0: never reached). */
 double reqlog_unix_ms(const reqlog *lg, uint64_t mono_us);
 
-/* The parameters of a request as the log keeps them (JSON), into out (cap bytes). */
-void reqlog_params_json(const req_params *p, uint64_t seed, char *out, size_t cap);
+/* The parameters of a request as the log keeps them (JSON, params_log_json): heap, NULL when out
+ * of memory. */
+char *reqlog_params_json(const req_params *p, uint64_t seed);
 
 /* A finished request; `owner_gone` when its connection closed first. */
 void reqlog_finished(reqlog *lg, const srv_req *r, const ifl_event *done, const req_result *res,

@@ -103,6 +103,7 @@ void req_owner_gone(req_layer *L, req_owner *o)
 static void req_free(srv_req *r)
 {
     free(r->prompt);
+    free(r->params);
     sb_free(&r->completion);
     free(r->offsets);
     free(r);
@@ -232,7 +233,7 @@ static srv_req *req_new(req_layer *L, req_owner *o, req_params *p, uint64_t t_ar
     r->max_tokens = p->max_tokens;
     r->t_arrival = t_arrival;
     sb_init(&r->completion, 0);
-    reqlog_params_json(p, r->seed, r->params, sizeof r->params);
+    r->params = reqlog_params_json(p, r->seed); /* NULL (out of memory): logged as {} */
     return r;
 }
 
@@ -267,7 +268,16 @@ srv_req *req_submit(req_layer *L, req_owner *o, req_params *p, uint64_t t_arriva
                              .max_tokens = p->max_tokens,
                              .sampling = {.temperature = (float)p->temperature,
                                           .top_k = p->top_k,
-                                          .top_p = (float)p->top_p},
+                                          .top_p = (float)p->top_p,
+                                          .min_p = (float)p->min_p},
+                             .penalties = {.repetition = (float)p->repetition_penalty,
+                                           .presence = (float)p->presence_penalty,
+                                           .frequency = (float)p->frequency_penalty},
+                             .min_tokens = p->min_tokens,
+                             .n_stop_ids = p->n_stop_ids,
+                             .stop_ids = p->stop_ids,
+                             .n_logit_bias = p->n_logit_bias,
+                             .logit_bias = p->logit_bias,
                              .seed = r->seed,
                              .ignore_eos = p->ignore_eos,
                              .n_stop = p->n_stop,

@@ -24,6 +24,7 @@
 #include "bridge.h"
 #include "codes.h"
 #include "dblog.h"
+#include "logit_adj.h"
 #include "metrics.h"
 #include "strbuf.h"
 #include "tokenizer.h"
@@ -34,8 +35,10 @@
 #define REQ_PEER_BYTES 16 /* a client's address as the log's refusal budget keys it (reqlog.h) */
 
 
-/* What a front end parsed: the parameters of one generation, defaults filled in. */
-typedef struct {
+/* What a front end parsed: the parameters of one generation, defaults filled in. The value
+ * parameters (max_tokens .. ignore_eos) are the rows of the parameter table (params.h), which
+ * names, checks, logs and documents them. */
+typedef struct req_params {
     char id[REQ_MAX_ID + 1]; /* the client's id, unique among its owner's requests in flight */
     char *prompt; /* heap, NUL-terminated; req_submit takes it for the request log (sets it to
                      NULL), else it stays the caller's to free */
@@ -44,14 +47,19 @@ typedef struct {
     int32_t n_prompt_ids;
     ifl_policy policy;
     req_api api; /* REQ_API_WS unless an HTTP front end sets it */
-    int32_t max_tokens;
-    double temperature, top_p;
+    int32_t max_tokens, min_tokens;
+    double temperature, top_p, min_p;
     int32_t top_k;
+    double presence_penalty, frequency_penalty, repetition_penalty;
     int has_seed;
     uint64_t seed; /* 0 .. 2^53-1 */
     int ignore_eos;
     int n_stop;
     char stop[IFL_MAX_STOPS][IFL_MAX_STOP_BYTES + 1];
+    int n_stop_ids;
+    int32_t stop_ids[IFL_MAX_STOP_IDS];
+    int n_logit_bias;
+    ifl_logit_bias logit_bias[IFL_MAX_LOGIT_BIAS];
     char conversation[REQ_MAX_CONV + 1]; /* the client's conversation id ("": none), logged */
 } req_params;
 
@@ -124,7 +132,7 @@ struct srv_req {
     /* for the request log */
     char *prompt; /* copy, only with a database */
     size_t prompt_len;
-    char params[512];  /* JSON */
+    char *params;      /* JSON (params_log_json), heap; NULL: "{}" */
     strbuf completion; /* the token texts */
     uint32_t *offsets; /* (n_tokens) us after t_arrival */
     int32_t cap_offsets;

@@ -106,6 +106,18 @@ static inline void fuzz_check_params(const req_params *p, const proto_limits *li
     FUZZ_CHECK(p->top_k >= 0 && p->top_k <= lim->n_vocab);
     FUZZ_CHECK(p->top_p > 0 && p->top_p <= 1);
     FUZZ_CHECK(!p->has_seed || p->seed <= 9007199254740991ull);
+    FUZZ_CHECK(p->min_tokens >= 0 && p->min_tokens <= p->max_tokens);
+    FUZZ_CHECK(p->min_p >= 0 && p->min_p <= 1);
+    FUZZ_CHECK(p->presence_penalty >= -2 && p->presence_penalty <= 2);
+    FUZZ_CHECK(p->frequency_penalty >= -2 && p->frequency_penalty <= 2);
+    FUZZ_CHECK(p->repetition_penalty > 0 && p->repetition_penalty <= IFL_MAX_REPETITION_PENALTY);
+    FUZZ_CHECK(p->n_stop_ids >= 0 && p->n_stop_ids <= IFL_MAX_STOP_IDS);
+    for (int i = 0; i < p->n_stop_ids; i++)
+        FUZZ_CHECK(p->stop_ids[i] >= 0 && p->stop_ids[i] < lim->n_vocab);
+    FUZZ_CHECK(p->n_logit_bias >= 0 && p->n_logit_bias <= IFL_MAX_LOGIT_BIAS);
+    for (int i = 0; i < p->n_logit_bias; i++)
+        FUZZ_CHECK(p->logit_bias[i].id >= 0 && p->logit_bias[i].id < lim->n_vocab &&
+                   p->logit_bias[i].bias >= -100 && p->logit_bias[i].bias <= 100);
     FUZZ_CHECK(p->n_stop >= 0 && p->n_stop <= IFL_MAX_STOPS);
     for (int i = 0; i < p->n_stop; i++) {
         size_t n = strnlen(p->stop[i], sizeof p->stop[i]);

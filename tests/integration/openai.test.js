@@ -8,7 +8,9 @@
 //  - chat.completions.create, both ways: the reply equals /ws's text for the documented template
 //    ("User: ...\nAssistant:", stop "\nUser:"), the first delta carries the role;
 //  - errors come back as the client's APIError subclasses with status, code and param (bad range,
-//    unknown model, n = 2, unknown field), and the server keeps serving;
+//    unknown model, n = 2 unsupported, unknown field), and the server keeps serving;
+//  - OpenAI's documented fields with neutral values pass unchanged and change nothing; other
+//    values of them are unsupported_field, unknown fields unknown_field, each naming the field;
 //  - a stream aborted with an AbortController after three chunks: the request is counted
 //    cancelled on /metrics and running requests and KV blocks in use return to 0;
 //  - a full queue (--max-batch 1 --max-queue 1, one running and one waiting): 429 queue_full with
@@ -113,8 +115,11 @@ async function checkErrors(client) {
   const cases = [
     [{ model: 'iterative', prompt: 'Hi', temperature: 9 }, 400, 'BadRequestError', 'out_of_range', 'temperature'],
     [{ model: 'gpt-4', prompt: 'Hi' }, 404, 'NotFoundError', 'unknown_model', 'model'],
-    [{ model: 'iterative', prompt: 'Hi', n: 2 }, 400, 'BadRequestError', 'out_of_range', 'n'],
-    [{ model: 'iterative', prompt: 'Hi', logit_bias: {} }, 400, 'BadRequestError', 'unknown_field', 'logit_bias'],
+    [{ model: 'iterative', prompt: 'Hi', n: 2 }, 400, 'BadRequestError', 'unsupported_field', 'n'],
+    [{ model: 'iterative', prompt: 'Hi', logit_bias: { 50257: 1 } }, 400, 'BadRequestError', 'out_of_range', 'logit_bias'],
+    [{ model: 'iterative', prompt: 'Hi', frequency_penalty: 2.5 }, 400, 'BadRequestError', 'out_of_range', 'frequency_penalty'],
+    [{ model: 'iterative', prompt: 'Hi', max_tokens: 4, min_tokens: 5 }, 400, 'BadRequestError', 'out_of_range', 'min_tokens'],
+    [{ model: 'iterative', prompt: 'Hi', max_tokenz: 4 }, 400, 'BadRequestError', 'unknown_field', 'max_tokenz'],
     [{ model: 'iterative', prompt: '' }, 400, 'BadRequestError', 'empty_prompt', 'prompt'],
     [{ model: 'iterative', prompt: 'Hi', stop: ['a', 'b', 'c', 'd', 'e'] }, 400, 'BadRequestError', 'out_of_range', 'stop'],
     [{ model: 'iterative', prompt: [15496, 999999] }, 400, 'BadRequestError', 'out_of_range', null],
@@ -139,6 +144,52 @@ async function checkErrors(client) {
   const ok = await client.completions.create({ model: 'iterative', prompt: 'Still there?', max_tokens: 2 });
   L.eq(ok.choices[0].finish_reason === 'length' || ok.choices[0].finish_reason === 'stop', true, 'a request after the errors');
   L.log(`errors through the client: ${seen.join(', ')}; then served`);
+}
+
+// OpenAI's manners (issue 48): the documented fields this server does not implement pass with
+// their neutral values, as generated clients send them, and change nothing (the same tokens as
+// without them); another value of one is unsupported_field naming it; an unknown field stays
+// unknown_field.
+async function checkManners(client) {
+  const base = { model: 'iterative', prompt: 'The sea', max_tokens: 6, seed: 11, temperature: 0.9 };
+  const ref = await client.completions.create(base);
+  const cmplNeutral = { n: 1, best_of: 1, logprobs: null, echo: false, suffix: null, store: false, metadata: { a: 'b' },
+    service_tier: 'auto', presence_penalty: 0, frequency_penalty: 0, stop: null, stream: false };
+  const r = await client.completions.create({ ...base, ...cmplNeutral });
+  L.eq(r.choices[0].text, ref.choices[0].text, 'completions: the neutral fields change nothing');
+  const chatBase = { model: 'iterative', messages: [{ role: 'user', content: 'Hi' }], max_tokens: 6, seed: 11 };
+  const cref = await client.chat.completions.create(chatBase);
+  const chatNeutral = { n: 1, logprobs: false, top_logprobs: 0, response_format: { type: 'text' }, tools: [],
+    tool_choice: 'none', parallel_tool_calls: true, store: false, metadata: {}, service_tier: 'default',
+    modalities: ['text'], max_completion_tokens: null };
+  const cr = await client.chat.completions.create({ ...chatBase, ...chatNeutral });
+  L.eq(cr.choices[0].message.content, cref.choices[0].message.content, 'chat: the neutral fields change nothing');
+  const refused = [
+    ['completions', { echo: true }, 'echo'], ['completions', { best_of: 3 }, 'best_of'], ['completions', { suffix: 'x' }, 'suffix'],
+    ['completions', { logprobs: 2 }, 'logprobs'], ['chat', { response_format: { type: 'json_object' } }, 'response_format'],
+    ['chat', { tools: [{ type: 'function', function: { name: 'f' } }] }, 'tools'], ['chat', { tool_choice: 'auto' }, 'tool_choice'],
+    ['chat', { top_logprobs: 3 }, 'top_logprobs'], ['chat', { n: 2 }, 'n'], ['chat', { prompt: 'x' }, 'prompt'],
+    ['completions', { messages: [] }, 'messages'], ['chat', { frobnicate: 1 }, 'frobnicate'],
+  ];
+  const seen = [];
+  for (const [api, extra, field] of refused) {
+    let err = null;
+    try {
+      if (api === 'chat') await client.chat.completions.create({ ...chatBase, ...extra });
+      else await client.completions.create({ ...base, ...extra });
+    } catch (e) {
+      err = e;
+    }
+    const unknown = ['prompt', 'messages', 'frobnicate'].includes(field);
+    L.check(err, `${api} ${JSON.stringify(extra)}: no error`);
+    L.eq(err.status, 400, `${api} ${JSON.stringify(extra)}: status`);
+    L.eq(err.code, unknown ? 'unknown_field' : 'unsupported_field', `${api} ${JSON.stringify(extra)}: code`);
+    L.eq(err.param, field, `${api} ${JSON.stringify(extra)}: param`);
+    L.check(unknown ? /has no field/.test(err.message) : /not supported by this server/.test(err.message),
+      () => `${api} ${JSON.stringify(extra)}: message ${err.message}`);
+    seen.push(`${field}:${err.code}`);
+  }
+  L.log(`manners: ${Object.keys(cmplNeutral).length} neutral completions fields and ${Object.keys(chatNeutral).length} chat fields accepted, same tokens; refused: ${seen.join(' ')}`);
 }
 
 async function checkAbort(client, srv) {
@@ -347,6 +398,7 @@ L.main('openai', async () => {
   await checkCompletions(client, c, served);
   await checkChat(client, c);
   await checkErrors(client);
+  await checkManners(client);
   await checkAbort(client, srv);
   L.eq(await tritonOnce(srv.port), 200, 'a Triton request');
   await checkHistoryHead(srv.port);

@@ -415,17 +415,16 @@ static void insert_request(sqlite3 *db, const cJSON *r)
  * exactly that. Returns the JSON text (static). */
 static const char *params_as_logged(const cJSON *params)
 {
-    static char out[512];
-    req_params p = {.max_tokens = (int32_t)num(params, "max_tokens"),
-                    .temperature = num(params, "temperature"),
-                    .top_k = (int32_t)num(params, "top_k"),
-                    .top_p = num(params, "top_p"),
-                    .ignore_eos = cJSON_IsTrue(obj(params, "ignore_eos"))};
-    const cJSON *stop = obj(params, "stop");
-    for (int i = 0; i < cJSON_GetArraySize(stop) && i < IFL_MAX_STOPS; i++)
-        snprintf(p.stop[p.n_stop++], sizeof p.stop[0], "%s",
-                 cJSON_GetArrayItem(stop, i)->valuestring);
-    reqlog_params_json(&p, (uint64_t)num(params, "seed"), out, sizeof out);
+    static char out[4096];
+    static const proto_limits lim = {.max_tokens = 1 << 20, .n_vocab = 50257};
+    req_params p = {0};
+    proto_error e = {0};
+    CHECKF(params_parse(params, PARAM_API_WS, &lim, &p, &e) == 0,
+           "history: the document's params are not a request's: %s", e.message);
+    char *logged = reqlog_params_json(&p, (uint64_t)num(params, "seed"));
+    CHECK(logged != NULL);
+    snprintf(out, sizeof out, "%s", logged);
+    free(logged);
     cJSON *got = cJSON_Parse(out);
     char where[512] = "not JSON";
     CHECKF(got && same_json(params, got, where, sizeof where),

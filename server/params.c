@@ -1,0 +1,694 @@
+/* params.c: the request-parameter table (params.h) and what reads it: the field checks, the
+ * parser of the value parameters, and the writers of its JSON (the page, the log) and markdown
+ * (the docs). */
+#include "params.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "defaults.h"
+#include "logit_adj.h"
+#include "protocol.h" /* proto_limits, proto_error: plain structs (no code of protocol.c) */
+
+#define F(field) offsetof(req_params, field)
+#define ALL PARAM_API_ALL
+#define V1 PARAM_API_V1
+#define CMPL PARAM_API_COMPLETIONS
+#define CHAT PARAM_API_CHAT
+#define WS PARAM_API_WS
+#define V2 PARAM_API_V2
+#define SEED_MAX 9007199254740991.0 /* 2^53 - 1: exact in a JSON number */
+
+const param_def PARAMS[] = {
+    /* the value parameters, in the order the docs and the page show them */
+    {.name = "max_tokens", .apis = ALL, .alias = "max_completion_tokens", .alias_apis = CHAT,
+     .type = PARAM_INT, .lo = 1, .hi_from = PARAM_FROM_MAX_TOKENS,
+     .def_from = PARAM_FROM_DEF_MAX_TOKENS, .off = F(max_tokens), .label = "Max tokens",
+     .doc = "most tokens to generate (the prompt and these must fit the context)"},
+    {.name = "min_tokens", .apis = ALL, .type = PARAM_INT, .lo = 0,
+     .hi_from = PARAM_FROM_MAX_TOKENS, .off = F(min_tokens), .label = "Min tokens",
+     .doc = "tokens generated before EOS, a stop token id or a stop string may end the request; "
+            "at most max_tokens"},
+    {.name = "temperature", .apis = ALL, .type = PARAM_NUM, .lo = 0, .hi = 2,
+     .def_from = PARAM_FROM_DEF_TEMPERATURE, .off = F(temperature), .label = "Temperature",
+     .doc = "0: greedy (the most likely token); higher: flatter probabilities"},
+    {.name = "top_k", .apis = ALL, .type = PARAM_INT, .lo = 0, .hi_from = PARAM_FROM_VOCAB,
+     .def_from = PARAM_FROM_DEF_TOP_K, .off = F(top_k), .label = "Top-k",
+     .doc = "draw among the k most likely tokens (0: all)"},
+    {.name = "top_p", .apis = ALL, .type = PARAM_NUM, .lo = 0, .hi = 1, .lo_open = 1,
+     .def_from = PARAM_FROM_DEF_TOP_P, .off = F(top_p), .label = "Top-p",
+     .doc = "draw among the fewest most likely tokens whose probability reaches top_p"},
+    {.name = "min_p", .apis = ALL, .type = PARAM_NUM, .lo = 0, .hi = 1, .off = F(min_p),
+     .label = "Min-p",
+     .doc = "drop tokens less than min_p times as likely as the most likely one (0: off)"},
+    {.name = "presence_penalty", .apis = ALL, .type = PARAM_NUM, .lo = -2, .hi = 2,
+     .off = F(presence_penalty), .label = "Presence penalty",
+     .doc = "subtracted from the logit of every token generated so far (0: off)"},
+    {.name = "frequency_penalty", .apis = ALL, .type = PARAM_NUM, .lo = -2, .hi = 2,
+     .off = F(frequency_penalty), .label = "Frequency penalty",
+     .doc = "subtracted from a token's logit once per time it was generated (0: off)"},
+    {.name = "repetition_penalty", .apis = ALL, .type = PARAM_NUM, .lo = 0,
+     .hi = IFL_MAX_REPETITION_PENALTY,
+     .lo_open = 1, .def = 1, .off = F(repetition_penalty), .label = "Repetition penalty",
+     .doc = "a token of the prompt or the output: its logit divided by this if positive, else "
+            "multiplied (1: off)"},
+    {.name = "logit_bias", .apis = ALL, .type = PARAM_LOGIT_BIAS, .lo = -100, .hi = 100,
+     .label = "Logit bias",
+     .doc = "{\"token id\": bias}: added to those tokens' logits (-100 bans, 100 forces)"},
+    {.name = "seed", .apis = ALL, .type = PARAM_SEED, .lo = 0, .hi = SEED_MAX, .off = F(seed),
+     .label = "Seed",
+     .doc = "the same seed, prompt and parameters give the same tokens, whatever else runs "
+            "(absent: the server draws one)"},
+    {.name = "stop", .apis = ALL, .type = PARAM_STOP, .label = "Stop strings",
+     .doc = "strings that end the request where they first appear (not sent)"},
+    {.name = "stop_token_ids", .apis = ALL, .type = PARAM_TOKEN_IDS, .label = "Stop token ids",
+     .doc = "token ids that end the request when drawn (no text of their own)"},
+    {.name = "ignore_eos", .apis = ALL, .type = PARAM_BOOL, .off = F(ignore_eos),
+     .label = "Ignore end-of-text", .doc = "run to max_tokens through end-of-text tokens"},
+
+    /* the front ends' own fields */
+    {.name = "type", .apis = WS, .type = PARAM_FRONT, .doc = "\"generate\""},
+    {.name = "id", .apis = WS | V2, .type = PARAM_FRONT,
+     .doc = "the client's id of the request, 1 to 64 bytes (/ws: required, unique in flight on "
+            "the connection; /v2: echoed)"},
+    {.name = "model", .apis = WS | V1, .type = PARAM_FRONT,
+     .doc = "the policy: iterative or static (/v1: any model name of GET /v1/models, required)"},
+    {.name = "prompt", .apis = WS | CMPL, .type = PARAM_FRONT,
+     .doc = "the text to continue (/v1/completions: or an array of token ids)"},
+    {.name = "messages", .apis = WS | CHAT, .type = PARAM_FRONT,
+     .doc = "instead of prompt: a conversation, rendered with the chat template"},
+    {.name = "conversation", .apis = WS, .type = PARAM_FRONT,
+     .doc = "the client's conversation id, kept in the log (1 to 64 of A-Z a-z 0-9 _ -)"},
+    {.name = "text_input", .apis = V2, .type = PARAM_FRONT, .doc = "the text to continue"},
+    {.name = "parameters", .apis = V2, .type = PARAM_FRONT,
+     .doc = "an object with the value parameters, instead of at the top level"},
+    {.name = "stream", .apis = V1, .type = PARAM_FRONT,
+     .doc = "true: server-sent events, one per token"},
+    {.name = "stream_options", .apis = V1, .type = PARAM_FRONT,
+     .doc = "{\"include_usage\": true}: a last event with the usage"},
+    {.name = "user", .apis = V1, .type = PARAM_FRONT,
+     .doc = "the client's user: one session of the batchers' fair shares"},
+
+    /* OpenAI's fields this server does not implement: their neutral values only */
+    {.name = "n", .apis = V1, .type = PARAM_NEUTRAL, .neutral = PARAM_NEUTRAL_NULL_ONE,
+     .doc = "one choice per request"},
+    {.name = "best_of", .apis = CMPL, .type = PARAM_NEUTRAL, .neutral = PARAM_NEUTRAL_NULL_ONE,
+     .doc = "one candidate per request"},
+    {.name = "logprobs", .apis = V1, .type = PARAM_NEUTRAL, .neutral = PARAM_NEUTRAL_NULL_FALSE,
+     .doc = "no log probabilities"},
+    {.name = "top_logprobs", .apis = CHAT, .type = PARAM_NEUTRAL,
+     .neutral = PARAM_NEUTRAL_NULL_ZERO, .doc = "no log probabilities"},
+    {.name = "echo", .apis = CMPL, .type = PARAM_NEUTRAL, .neutral = PARAM_NEUTRAL_NULL_FALSE,
+     .doc = "the prompt is not repeated in the answer"},
+    {.name = "suffix", .apis = CMPL, .type = PARAM_NEUTRAL,
+     .neutral = PARAM_NEUTRAL_NULL_EMPTY_STRING, .doc = "no text after the completion"},
+    {.name = "response_format", .apis = CHAT, .type = PARAM_NEUTRAL,
+     .neutral = PARAM_NEUTRAL_TEXT_FORMAT, .doc = "plain text"},
+    {.name = "tools", .apis = CHAT, .type = PARAM_NEUTRAL,
+     .neutral = PARAM_NEUTRAL_NULL_EMPTY_ARRAY, .doc = "no tools"},
+    {.name = "tool_choice", .apis = CHAT, .type = PARAM_NEUTRAL, .neutral = PARAM_NEUTRAL_NULL_NONE,
+     .doc = "no tools"},
+    {.name = "functions", .apis = CHAT, .type = PARAM_NEUTRAL,
+     .neutral = PARAM_NEUTRAL_NULL_EMPTY_ARRAY, .doc = "no functions"},
+    {.name = "function_call", .apis = CHAT, .type = PARAM_NEUTRAL,
+     .neutral = PARAM_NEUTRAL_NULL_NONE, .doc = "no functions"},
+    {.name = "parallel_tool_calls", .apis = CHAT, .type = PARAM_NEUTRAL,
+     .neutral = PARAM_NEUTRAL_ANY_BOOL, .doc = "ignored: there are no tools"},
+    {.name = "modalities", .apis = CHAT, .type = PARAM_NEUTRAL,
+     .neutral = PARAM_NEUTRAL_TEXT_MODALITY, .doc = "text only"},
+    {.name = "store", .apis = V1, .type = PARAM_NEUTRAL, .neutral = PARAM_NEUTRAL_ANY_BOOL,
+     .doc = "ignored: every request goes to the server's own log (--db)"},
+    {.name = "metadata", .apis = V1, .type = PARAM_NEUTRAL, .neutral = PARAM_NEUTRAL_ANY_OBJECT,
+     .doc = "ignored"},
+    {.name = "service_tier", .apis = V1, .type = PARAM_NEUTRAL,
+     .neutral = PARAM_NEUTRAL_ANY_STRING, .doc = "ignored: one tier"},
+};
+const int PARAMS_N = (int)(sizeof PARAMS / sizeof PARAMS[0]);
+
+/* What each neutral kind accepts, in words (the error message and the docs). */
+static const char *const NEUTRAL_TEXT[] = {
+    [PARAM_NEUTRAL_NULL_FALSE] = "null or false",
+    [PARAM_NEUTRAL_NULL_ONE] = "null or 1",
+    [PARAM_NEUTRAL_NULL_ZERO] = "null or 0",
+    [PARAM_NEUTRAL_NULL_EMPTY_STRING] = "null or \"\"",
+    [PARAM_NEUTRAL_NULL_EMPTY_ARRAY] = "null or []",
+    [PARAM_NEUTRAL_NULL_NONE] = "null or \"none\"",
+    [PARAM_NEUTRAL_TEXT_FORMAT] = "null or {\"type\": \"text\"}",
+    [PARAM_NEUTRAL_TEXT_MODALITY] = "null or [\"text\"]",
+    [PARAM_NEUTRAL_ANY_BOOL] = "null or a boolean",
+    [PARAM_NEUTRAL_ANY_STRING] = "null or a string",
+    [PARAM_NEUTRAL_ANY_OBJECT] = "null or an object",
+};
+
+static int is_neutral(param_neutral k, const cJSON *v)
+{
+    if (cJSON_IsNull(v))
+        return 1;
+    switch (k) {
+    case PARAM_NEUTRAL_NULL_FALSE: return cJSON_IsFalse(v);
+    case PARAM_NEUTRAL_NULL_ONE: return cJSON_IsNumber(v) && v->valuedouble == 1;
+    case PARAM_NEUTRAL_NULL_ZERO: return cJSON_IsNumber(v) && v->valuedouble == 0;
+    case PARAM_NEUTRAL_NULL_EMPTY_STRING: return cJSON_IsString(v) && !v->valuestring[0];
+    case PARAM_NEUTRAL_NULL_EMPTY_ARRAY: return cJSON_IsArray(v) && !v->child;
+    case PARAM_NEUTRAL_NULL_NONE: return cJSON_IsString(v) && !strcmp(v->valuestring, "none");
+    case PARAM_NEUTRAL_TEXT_FORMAT: {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(v, "type");
+        return cJSON_IsObject(v) && cJSON_IsString(t) && !strcmp(t->valuestring, "text") &&
+               !t->next && v->child == t;
+    }
+    case PARAM_NEUTRAL_TEXT_MODALITY:
+        return cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1 && cJSON_IsString(v->child) &&
+               !strcmp(v->child->valuestring, "text");
+    case PARAM_NEUTRAL_ANY_BOOL: return cJSON_IsBool(v);
+    case PARAM_NEUTRAL_ANY_STRING: return cJSON_IsString(v);
+    case PARAM_NEUTRAL_ANY_OBJECT: return cJSON_IsObject(v);
+    }
+    return 0;
+}
+
+const param_def *params_find(const char *name, param_api api)
+{
+    for (int i = 0; i < PARAMS_N; i++) {
+        const param_def *d = &PARAMS[i];
+        if (((d->apis & api) && !strcmp(d->name, name)) ||
+            (d->alias && (d->alias_apis & api) && !strcmp(d->alias, name)))
+            return d;
+    }
+    return NULL;
+}
+
+const char *params_name_in(const param_def *d, param_api api)
+{
+    return d->alias && (d->alias_apis & api) ? d->alias : d->name;
+}
+
+double params_hi(const param_def *d, const proto_limits *lim)
+{
+    switch (d->hi_from) {
+    case PARAM_FROM_MAX_TOKENS: return lim ? lim->max_tokens : 0;
+    case PARAM_FROM_VOCAB: return lim ? lim->n_vocab : 0;
+    default: return d->hi;
+    }
+}
+
+double params_default(const param_def *d, const proto_limits *lim)
+{
+    switch (d->def_from) {
+    case PARAM_FROM_DEF_MAX_TOKENS: return lim ? lim->def_max_tokens : IFL_DEFAULT_MAX_NEW_TOKENS;
+    case PARAM_FROM_DEF_TEMPERATURE: return lim ? lim->def_temperature : IFL_DEFAULT_TEMPERATURE;
+    case PARAM_FROM_DEF_TOP_K: return lim ? lim->def_top_k : IFL_DEFAULT_TOP_K;
+    case PARAM_FROM_DEF_TOP_P: return lim ? lim->def_top_p : IFL_DEFAULT_TOP_P;
+    default: return d->def;
+    }
+}
+
+static int clip_len(const char *s)
+{
+    size_t n = strlen(s);
+    if (n > 64) {
+        n = 64;
+        while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
+            n--;
+    }
+    return (int)n;
+}
+
+static int refuse(proto_error *err, ifl_code code, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int refuse(proto_error *err, ifl_code code, const char *field, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    va_end(ap);
+    err->code = code;
+    snprintf(err->param, sizeof err->param, "%.*s", clip_len(field), field);
+    return -1;
+}
+
+int params_check_fields(const cJSON *obj, param_api api, int front_ok, const char *where,
+                        proto_error *err)
+{
+    const cJSON *f;
+    cJSON_ArrayForEach(f, obj)
+    {
+        const char *name = f->string ? f->string : "";
+        const param_def *d = params_find(name, api);
+        if (!d || (!front_ok && d->type == PARAM_FRONT))
+            return refuse(err, IFL_CODE_UNKNOWN_FIELD, name, "%s has no field '%.*s'", where,
+                          clip_len(name), name);
+        if (d->type == PARAM_NEUTRAL && !is_neutral(d->neutral, f))
+            return refuse(err, IFL_CODE_UNSUPPORTED_FIELD, name,
+                          "field '%s' is not supported by this server (%s): only %s is accepted",
+                          name, d->doc, NEUTRAL_TEXT[d->neutral]);
+    }
+    return 0;
+}
+
+/* ---- the value parameters ---------------------------------------------------------------------- */
+
+const char *params_json_type(const cJSON *v)
+{
+    if (cJSON_IsString(v))
+        return "a string";
+    if (cJSON_IsNumber(v))
+        return "a number";
+    if (cJSON_IsBool(v))
+        return "a boolean";
+    if (cJSON_IsNull(v))
+        return "null";
+    if (cJSON_IsArray(v))
+        return "an array";
+    if (cJSON_IsObject(v))
+        return "an object";
+    return "invalid";
+}
+
+static const char *type_name(const cJSON *v)
+{
+    return params_json_type(v);
+}
+
+/* A number of the row's type and range (hi from the server where it says so), into *out. */
+static int read_number(const cJSON *v, const param_def *d, const char *name,
+                       const proto_limits *lim, double *out, proto_error *err)
+{
+    int integer = d->type != PARAM_NUM;
+    double lo = d->lo, hi = params_hi(d, lim);
+    if (!cJSON_IsNumber(v))
+        return refuse(err, IFL_CODE_WRONG_TYPE, name, "field '%s' must be %s, not %s", name,
+                      integer ? "an integer" : "a number", type_name(v));
+    double x = v->valuedouble;
+    if (integer && (!isfinite(x) || x != floor(x)))
+        return refuse(err, IFL_CODE_WRONG_TYPE, name, "field '%s' is %g: must be an integer", name,
+                      x);
+    if (integer && (x < lo || x > hi))
+        return refuse(err, IFL_CODE_OUT_OF_RANGE, name,
+                      "field '%s' is %.6g: must be between %.0f and %.0f", name, x, lo, hi);
+    if (!integer && (!isfinite(x) || x > hi || (d->lo_open ? x <= lo : x < lo)))
+        return refuse(err, IFL_CODE_OUT_OF_RANGE, name,
+                      "field '%s' is %g: must be %s %g and at most %g", name, x,
+                      d->lo_open ? "above" : "at least", lo, hi);
+    *out = x;
+    return 0;
+}
+
+/* stop: an array of 1..IFL_MAX_STOPS strings of 1..IFL_MAX_STOP_BYTES bytes; OpenAI's APIs also
+ * take one string. */
+static int read_stop(const cJSON *v, param_api api, req_params *p, proto_error *err)
+{
+    if (cJSON_IsString(v) && (api & PARAM_API_V1)) {
+        size_t len = strlen(v->valuestring);
+        if (len < 1 || len > IFL_MAX_STOP_BYTES)
+            return refuse(err, IFL_CODE_OUT_OF_RANGE, "stop",
+                          "field 'stop' is %zu bytes: must be 1 to %d", len, IFL_MAX_STOP_BYTES);
+        memcpy(p->stop[0], v->valuestring, len + 1);
+        p->n_stop = 1;
+        return 0;
+    }
+    if (!cJSON_IsArray(v))
+        return refuse(err, IFL_CODE_WRONG_TYPE, "stop",
+                      "field 'stop' must be an array of strings%s, not %s",
+                      api & PARAM_API_V1 ? " or a string" : "", type_name(v));
+    int n = cJSON_GetArraySize(v);
+    if (n > IFL_MAX_STOPS)
+        return refuse(err, IFL_CODE_OUT_OF_RANGE, "stop",
+                      "field 'stop' has %d strings: at most %d", n, IFL_MAX_STOPS);
+    int i = 0;
+    const cJSON *s;
+    cJSON_ArrayForEach(s, v)
+    {
+        if (!cJSON_IsString(s))
+            return refuse(err, IFL_CODE_WRONG_TYPE, "stop", "stop[%d] must be a string, not %s",
+                          i, type_name(s));
+        size_t len = strlen(s->valuestring);
+        if (len < 1 || len > IFL_MAX_STOP_BYTES)
+            return refuse(err, IFL_CODE_OUT_OF_RANGE, "stop",
+                          "stop[%d] is %zu bytes: must be 1 to %d", i, len, IFL_MAX_STOP_BYTES);
+        memcpy(p->stop[i], s->valuestring, len + 1);
+        i++;
+    }
+    p->n_stop = i;
+    return 0;
+}
+
+/* A token id of the vocabulary, as a JSON number: -1 with *err naming where (what[i]). */
+static int read_token_id(const cJSON *x, const char *field, int i, const proto_limits *lim,
+                         int32_t *out, proto_error *err)
+{
+    if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) || !isfinite(x->valuedouble))
+        return refuse(err, IFL_CODE_WRONG_TYPE, field, "%s[%d] must be a token id (an integer)",
+                      field, i);
+    if (x->valuedouble < 0 || x->valuedouble >= lim->n_vocab)
+        return refuse(err, IFL_CODE_OUT_OF_RANGE, field,
+                      "%s[%d] is %.0f: token ids are 0 to %d", field, i, x->valuedouble,
+                      lim->n_vocab - 1);
+    *out = (int32_t)x->valuedouble;
+    return 0;
+}
+
+static int read_stop_ids(const cJSON *v, const proto_limits *lim, req_params *p,
+                         proto_error *err)
+{
+    const char *f = "stop_token_ids";
+    if (!cJSON_IsArray(v))
+        return refuse(err, IFL_CODE_WRONG_TYPE, f, "field '%s' must be an array of token ids, "
+                      "not %s", f, type_name(v));
+    int n = cJSON_GetArraySize(v);
+    if (n > IFL_MAX_STOP_IDS)
+        return refuse(err, IFL_CODE_OUT_OF_RANGE, f, "field '%s' has %d ids: at most %d", f, n,
+                      IFL_MAX_STOP_IDS);
+    int i = 0;
+    const cJSON *x;
+    cJSON_ArrayForEach(x, v)
+    {
+        if (read_token_id(x, f, i, lim, &p->stop_ids[i], err))
+            return -1;
+        i++;
+    }
+    p->n_stop_ids = i;
+    return 0;
+}
+
+/* logit_bias: {"id": bias}, the ids decimal without sign or leading zeros. */
+static int read_logit_bias(const cJSON *v, const param_def *d, const proto_limits *lim,
+                           req_params *p, proto_error *err)
+{
+    const char *f = "logit_bias";
+    if (!cJSON_IsObject(v))
+        return refuse(err, IFL_CODE_WRONG_TYPE, f,
+                      "field '%s' must be an object of token id: bias, not %s", f, type_name(v));
+    int n = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, v)
+    {
+        const char *k = e->string ? e->string : "";
+        size_t len = strlen(k);
+        int digits = len >= 1 && len <= 9 && strspn(k, "0123456789") == len &&
+                     (len == 1 || k[0] != '0');
+        long id = digits ? strtol(k, NULL, 10) : -1;
+        if (!digits || id >= lim->n_vocab)
+            return refuse(err, IFL_CODE_OUT_OF_RANGE, f,
+                          "logit_bias key \"%.*s\" is not a token id (0 to %d)", clip_len(k), k,
+                          lim->n_vocab - 1);
+        if (n == IFL_MAX_LOGIT_BIAS)
+            return refuse(err, IFL_CODE_OUT_OF_RANGE, f, "field '%s' has more than %d entries", f,
+                          IFL_MAX_LOGIT_BIAS);
+        if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble) || e->valuedouble < d->lo ||
+            e->valuedouble > d->hi)
+            return refuse(err, cJSON_IsNumber(e) ? IFL_CODE_OUT_OF_RANGE : IFL_CODE_WRONG_TYPE, f,
+                          "logit_bias[\"%s\"] must be a number from %g to %g", k, d->lo, d->hi);
+        p->logit_bias[n++] = (ifl_logit_bias){.id = (int32_t)id, .bias = (float)e->valuedouble};
+    }
+    p->n_logit_bias = n;
+    return 0;
+}
+
+/* One value parameter of row d, given as name. */
+static int read_value(const cJSON *v, const param_def *d, const char *name, param_api api,
+                      const proto_limits *lim, req_params *p, proto_error *err)
+{
+    char *field = (char *)p + d->off;
+    double x;
+    switch (d->type) {
+    case PARAM_INT:
+        if (read_number(v, d, name, lim, &x, err))
+            return -1;
+        *(int32_t *)field = (int32_t)x;
+        return 0;
+    case PARAM_NUM:
+        if (read_number(v, d, name, lim, &x, err))
+            return -1;
+        *(double *)field = x;
+        return 0;
+    case PARAM_SEED:
+        if (read_number(v, d, name, lim, &x, err))
+            return -1;
+        p->seed = (uint64_t)x;
+        p->has_seed = 1;
+        return 0;
+    case PARAM_BOOL:
+        if (!cJSON_IsBool(v))
+            return refuse(err, IFL_CODE_WRONG_TYPE, name, "field '%s' must be a boolean, not %s",
+                          name, type_name(v));
+        *(int *)field = cJSON_IsTrue(v);
+        return 0;
+    case PARAM_STOP: return read_stop(v, api, p, err);
+    case PARAM_TOKEN_IDS: return read_stop_ids(v, lim, p, err);
+    case PARAM_LOGIT_BIAS: return read_logit_bias(v, d, lim, p, err);
+    default: return 0; /* front-end and neutral fields: not values */
+    }
+}
+
+void params_set_defaults(req_params *p, const proto_limits *lim)
+{
+    for (int i = 0; i < PARAMS_N; i++) {
+        const param_def *d = &PARAMS[i];
+        char *field = (char *)p + d->off;
+        if (d->type == PARAM_INT)
+            *(int32_t *)field = (int32_t)params_default(d, lim);
+        else if (d->type == PARAM_NUM)
+            *(double *)field = params_default(d, lim);
+        else if (d->type == PARAM_BOOL)
+            *(int *)field = params_default(d, lim) != 0;
+    }
+}
+
+int params_parse(const cJSON *obj, param_api api, const proto_limits *lim, req_params *p,
+                 proto_error *err)
+{
+    params_set_defaults(p, lim);
+    const cJSON *f;
+    cJSON_ArrayForEach(f, obj)
+    {
+        const char *name = f->string ? f->string : "";
+        const param_def *d = params_find(name, api);
+        if (!d || (cJSON_IsNull(f) && (api & PARAM_API_V1))) /* OpenAI: null is the default */
+            continue;
+        if (strcmp(name, d->name) && cJSON_GetObjectItemCaseSensitive(obj, d->name))
+            continue; /* an alias beside the name itself: the name wins */
+        if (read_value(f, d, name, api, lim, p, err))
+            return -1;
+    }
+    if (p->min_tokens > p->max_tokens)
+        return refuse(err, IFL_CODE_OUT_OF_RANGE, "min_tokens",
+                      "field 'min_tokens' is %d: must be at most max_tokens (%d)", p->min_tokens,
+                      p->max_tokens);
+    err->param[0] = 0;
+    return 0;
+}
+
+/* ---- writers ------------------------------------------------------------------------------------ */
+
+static const char *const TYPE_JSON[] = {
+    [PARAM_INT] = "int",          [PARAM_NUM] = "number",        [PARAM_BOOL] = "bool",
+    [PARAM_SEED] = "seed",        [PARAM_STOP] = "strings",      [PARAM_TOKEN_IDS] = "token_ids",
+    [PARAM_LOGIT_BIAS] = "logit_bias", [PARAM_FRONT] = "front", [PARAM_NEUTRAL] = "neutral",
+};
+
+/* A number for JSON: integers in full (2^53 - 1), others as the shortest of 9 digits. */
+static void put_num(strbuf *sb, double x)
+{
+    if (x == floor(x) && fabs(x) <= SEED_MAX)
+        sb_printf(sb, "%.0f", x);
+    else
+        sb_printf(sb, "%.9g", x);
+}
+
+static int is_value(const param_def *d)
+{
+    return d->type != PARAM_FRONT && d->type != PARAM_NEUTRAL;
+}
+
+/* The most items of a list parameter (0: not a list) and the bounds of its items. */
+static int max_items(const param_def *d)
+{
+    return d->type == PARAM_STOP         ? IFL_MAX_STOPS
+           : d->type == PARAM_TOKEN_IDS  ? IFL_MAX_STOP_IDS
+           : d->type == PARAM_LOGIT_BIAS ? IFL_MAX_LOGIT_BIAS
+                                         : 0;
+}
+
+void params_write_json(strbuf *sb, const proto_limits *lim)
+{
+    sb_puts(sb, "[");
+    int first = 1;
+    for (int i = 0; i < PARAMS_N; i++) {
+        const param_def *d = &PARAMS[i];
+        if (!is_value(d) || !(d->apis & PARAM_API_WS))
+            continue;
+        sb_printf(sb, "%s{\"name\":\"%s\",\"type\":\"%s\"", first ? "" : ",", d->name,
+                  TYPE_JSON[d->type]);
+        first = 0;
+        double hi = d->type == PARAM_TOKEN_IDS ? lim->n_vocab - 1 : params_hi(d, lim);
+        if (d->type != PARAM_BOOL && d->type != PARAM_STOP) {
+            sb_puts(sb, ",\"min\":");
+            put_num(sb, d->lo);
+            sb_puts(sb, ",\"max\":");
+            put_num(sb, hi);
+        }
+        if (d->lo_open)
+            sb_puts(sb, ",\"min_open\":true");
+        if (d->type == PARAM_INT || d->type == PARAM_NUM) {
+            sb_puts(sb, ",\"default\":");
+            put_num(sb, params_default(d, lim));
+        } else if (d->type == PARAM_BOOL)
+            sb_printf(sb, ",\"default\":%s", params_default(d, lim) ? "true" : "false");
+        if (max_items(d))
+            sb_printf(sb, ",\"max_items\":%d", max_items(d));
+        if (d->type == PARAM_STOP)
+            sb_printf(sb, ",\"max_bytes\":%d", IFL_MAX_STOP_BYTES);
+        sb_puts(sb, ",\"label\":");
+        sb_json_str(sb, d->label, strlen(d->label));
+        sb_puts(sb, ",\"doc\":");
+        sb_json_str(sb, d->doc, strlen(d->doc));
+        sb_puts(sb, "}");
+    }
+    sb_puts(sb, "]");
+}
+
+void params_write_server_defaults(strbuf *sb, const proto_limits *lim)
+{
+    for (int i = 0; i < PARAMS_N; i++) {
+        const param_def *d = &PARAMS[i];
+        if (d->def_from == PARAM_FIXED)
+            continue;
+        sb_printf(sb, ",\"%s\":", d->name);
+        put_num(sb, params_default(d, lim));
+    }
+}
+
+void params_log_json(strbuf *sb, const req_params *p, uint64_t seed)
+{
+    sb_puts(sb, "{");
+    for (int i = 0, first = 1; i < PARAMS_N; i++) {
+        const param_def *d = &PARAMS[i];
+        if (!is_value(d))
+            continue;
+        const char *field = (const char *)p + d->off;
+        sb_printf(sb, "%s\"%s\":", first ? "" : ",", d->name);
+        first = 0;
+        switch (d->type) {
+        case PARAM_INT: sb_printf(sb, "%d", (int)*(const int32_t *)field); break;
+        case PARAM_NUM: sb_printf(sb, "%.9g", *(const double *)field); break;
+        case PARAM_BOOL: sb_puts(sb, *(const int *)field ? "true" : "false"); break;
+        case PARAM_SEED: sb_printf(sb, "%llu", (unsigned long long)seed); break;
+        case PARAM_STOP:
+            sb_puts(sb, "[");
+            for (int k = 0; k < p->n_stop; k++) {
+                sb_puts(sb, k ? "," : "");
+                sb_json_str(sb, p->stop[k], strlen(p->stop[k]));
+            }
+            sb_puts(sb, "]");
+            break;
+        case PARAM_TOKEN_IDS:
+            sb_puts(sb, "[");
+            for (int k = 0; k < p->n_stop_ids; k++)
+                sb_printf(sb, "%s%d", k ? "," : "", (int)p->stop_ids[k]);
+            sb_puts(sb, "]");
+            break;
+        case PARAM_LOGIT_BIAS:
+            sb_puts(sb, "{");
+            for (int k = 0; k < p->n_logit_bias; k++)
+                sb_printf(sb, "%s\"%d\":%.9g", k ? "," : "", (int)p->logit_bias[k].id,
+                          (double)p->logit_bias[k].bias);
+            sb_puts(sb, "}");
+            break;
+        default: break;
+        }
+    }
+    sb_puts(sb, "}");
+}
+
+/* The range column of a row, in words. */
+static void md_range(strbuf *sb, const param_def *d, param_api api)
+{
+    const char *hi = d->hi_from == PARAM_FROM_MAX_TOKENS ? "the context - 1 (hello's `limits.max_tokens`)"
+                     : d->hi_from == PARAM_FROM_VOCAB    ? "the vocabulary's size"
+                                                         : NULL;
+    switch (d->type) {
+    case PARAM_INT:
+    case PARAM_SEED:
+        if (hi)
+            sb_printf(sb, "integer, %g to %s", d->lo, hi);
+        else
+            sb_printf(sb, "integer, %.17g to %.17g", d->lo, d->hi);
+        break;
+    case PARAM_NUM:
+        sb_printf(sb, "number, %s %g, at most %g", d->lo_open ? "above" : "from", d->lo, d->hi);
+        break;
+    case PARAM_BOOL: sb_puts(sb, "boolean"); break;
+    case PARAM_STOP:
+        sb_printf(sb, "%sarray of up to %d strings of 1 to %d bytes",
+                  api & PARAM_API_V1 ? "a string, or an " : "", IFL_MAX_STOPS, IFL_MAX_STOP_BYTES);
+        break;
+    case PARAM_TOKEN_IDS:
+        sb_printf(sb, "array of up to %d token ids", IFL_MAX_STOP_IDS);
+        break;
+    case PARAM_LOGIT_BIAS:
+        sb_printf(sb, "object of up to %d token ids (as strings): a number from %g to %g",
+                  IFL_MAX_LOGIT_BIAS, d->lo, d->hi);
+        break;
+    case PARAM_FRONT: sb_puts(sb, "see below"); break;
+    case PARAM_NEUTRAL: sb_printf(sb, "only %s", NEUTRAL_TEXT[d->neutral]); break;
+    }
+}
+
+static void md_default(strbuf *sb, const param_def *d)
+{
+    switch (d->def_from) {
+    case PARAM_FROM_DEF_MAX_TOKENS:
+        sb_printf(sb, "%d (`serve --max-tokens`)", IFL_DEFAULT_MAX_NEW_TOKENS);
+        return;
+    case PARAM_FROM_DEF_TEMPERATURE:
+        sb_printf(sb, "%g (`serve --temperature`)", IFL_DEFAULT_TEMPERATURE);
+        return;
+    case PARAM_FROM_DEF_TOP_K: sb_printf(sb, "%d (`serve --top-k`)", IFL_DEFAULT_TOP_K); return;
+    case PARAM_FROM_DEF_TOP_P: sb_printf(sb, "%g (`serve --top-p`)", IFL_DEFAULT_TOP_P); return;
+    default: break;
+    }
+    if (d->type == PARAM_INT || d->type == PARAM_NUM)
+        sb_printf(sb, "%g", d->def);
+    else if (d->type == PARAM_BOOL)
+        sb_puts(sb, d->def ? "true" : "false");
+    else if (d->type == PARAM_SEED)
+        sb_puts(sb, "drawn by the server");
+    else
+        sb_puts(sb, d->type == PARAM_FRONT || d->type == PARAM_NEUTRAL ? "" : "none");
+}
+
+/* "chat ", "completions ", ... (a row known to some of the APIs of one table). */
+static const char *api_words(unsigned apis)
+{
+    return apis == PARAM_API_CHAT          ? "chat: "
+           : apis == PARAM_API_COMPLETIONS ? "completions: "
+           : apis == PARAM_API_WS          ? "/ws: "
+           : apis == PARAM_API_V2          ? "/v2: "
+                                           : "";
+}
+
+void params_write_markdown(strbuf *sb, param_api api)
+{
+    sb_puts(sb, "| field | accepts | default | what it does |\n|---|---|---|---|\n");
+    for (int i = 0; i < PARAMS_N; i++) {
+        const param_def *d = &PARAMS[i];
+        if (!(d->apis & api) || d->type == PARAM_FRONT)
+            continue;
+        sb_printf(sb, "| `%s`", d->name);
+        if (d->alias && (d->alias_apis & api))
+            sb_printf(sb, " (%sor `%s`)", d->alias_apis == api ? "" : api_words(d->alias_apis),
+                      d->alias);
+        if ((d->apis & api) != api)
+            sb_printf(sb, " (%.*s only)", (int)strlen(api_words(d->apis & api)) - 2,
+                      api_words(d->apis & api));
+        sb_puts(sb, " | ");
+        md_range(sb, d, api);
+        sb_puts(sb, " | ");
+        md_default(sb, d);
+        sb_printf(sb, " | %s |\n", d->doc);
+    }
+}
