@@ -1,8 +1,8 @@
 // app.js: the inflight page's client: the WebSocket session (docs/protocol.md) with reconnection,
-// the composer (its sampling parameters' fields and their checks are params.js's), the requests
-// of the cards (conversation.js: one card per conversation, its turns streaming in; Chat mode and
-// continued cards send `messages` with the card's `conversation` id), and the live batch views
-// fed by `step` frames (batchview.js).
+// the composer (its sampling parameters' panel, built from the hello's parameter table, and its
+// checks are params.js's), the requests of the cards (conversation.js: one card per conversation,
+// its turns streaming in; Chat mode and continued cards send `messages` with the card's
+// `conversation` id), and the live batch views fed by `step` frames (batchview.js).
 //
 // Hooks for tests and curious users:
 //   each card: <li class="card" data-id="c1" data-state="new|queued|started|streaming|done|error"
@@ -16,7 +16,7 @@
 
 import { BatchView } from './batchview.js';
 import { initCards } from './conversation.js';
-import { bind as bindParams, setFieldError, byteLength } from './params.js';
+import { bind as bindParams, setFieldError, byteLength, rememberTable } from './params.js';
 import * as userKey from './userkey.js';
 
 const $ = (sel, root) => (root || document).querySelector(sel);
@@ -67,14 +67,9 @@ const el = {
   send: $('#send'),
   demo: $('#demo'),
   formErr: $('#form-err'),
-  maxTokens: $('#max-tokens'),
-  temperature: $('#temperature'),
-  topK: $('#top-k'),
-  topP: $('#top-p'),
-  seed: $('#seed'),
-  stop: $('#stop'),
-  stopMax: $('#stop-max'),
-  ignoreEos: $('#ignore-eos'),
+  paramsBox: $('#params'),
+  paramsGrid: $('#params-grid'),
+  paramsBrief: $('#params-brief'),
   cards: $('#cards'),
   cardsEmpty: $('#cards-empty'),
   cardsCount: $('#cards-count'),
@@ -289,8 +284,7 @@ function onHello(m) {
   el.historyLink.title = m.history === 'off' ? 'History is off on this server'
     : 'Your past requests, with their timings';
   renderModel(m.model || {});
-  applyLimits(m);
-  paramFields.updateBrief();
+  applyHello(m);
   const policies = Array.isArray(m.policies) ? m.policies : POLICIES;
   for (const input of document.querySelectorAll('input[name="model"]')) {
     input.disabled = !policies.includes(input.value);
@@ -327,24 +321,14 @@ function renderModel(model) {
   }
 }
 
-// The hello's limits (docs/protocol.md) bound the fields and the messages from now on.
-function applyLimits(m) {
-  const lim = m.limits || {};
-  app.limits = lim;
+// The hello (docs/protocol.md): its parameter table is the sampling panel (params.js) from now
+// on, its limits bound the messages, its default policy is selected unless the user chose one.
+function applyHello(m) {
+  app.limits = m.limits || {};
   app.vocab = (m.model && m.model.vocab_size) || null;
-  if (lim.max_tokens) el.maxTokens.max = String(lim.max_tokens);
-  if (app.vocab) el.topK.max = String(app.vocab);
-  el.stopMax.textContent = lim.max_stop ? `, up to ${lim.max_stop}` : '';
   const d = m.defaults || {};
-  const put = (input, v) => {
-    if (v == null) return;
-    input.placeholder = String(v);
-    if (!input.dataset.touched) input.value = String(v);
-  };
-  put(el.maxTokens, d.max_tokens);
-  put(el.temperature, d.temperature);
-  put(el.topK, d.top_k);
-  put(el.topP, d.top_p);
+  paramFields.build(m.params, d);
+  if (Array.isArray(m.params)) rememberTable(m.params);
   if (d.model && !document.querySelector('input[name="model"][data-touched]')) {
     const r = document.querySelector(`input[name="model"][value="${d.model}"]`);
     if (r) r.checked = true;
@@ -487,12 +471,11 @@ function onError(m) {
 // server checks every request anyway).
 const limits = () => app.limits;
 
-// The sampling parameters' fields (params.js): checked as they are edited, read for a request.
+// The sampling parameters' panel (params.js): built at each hello, its fields checked as they
+// are edited, read for a request.
 const paramFields = bindParams({
-  maxTokens: el.maxTokens, temperature: el.temperature, topK: el.topK, topP: el.topP,
-  seed: el.seed, stop: el.stop, ignoreEos: el.ignoreEos, formErr: el.formErr, form: el.form,
-  box: $('#params'), brief: $('#params-brief'),
-}, limits, () => app.vocab);
+  grid: el.paramsGrid, formErr: el.formErr, form: el.form, box: el.paramsBox, brief: el.paramsBrief,
+}, () => app.vocab);
 const readParams = paramFields.read;
 
 for (const r of document.querySelectorAll('input[name="model"]')) {
@@ -596,8 +579,7 @@ el.demo.addEventListener('click', () => {
 
 el.newChat.addEventListener('click', () => cards.newChat());
 
-const paramsBox = $('#params');
-if (window.matchMedia('(max-width: 720px)').matches) paramsBox.open = false;
+if (window.matchMedia('(max-width: 720px)').matches) el.paramsBox.open = false;
 
 // ---------------------------------------------------------------- start
 

@@ -3,8 +3,8 @@
 // `before`), a conversation's requests together as a thread (conversation.js's threadOrder: at
 // its newest request's place, oldest turn first, with the prompt tokens that came from the
 // prefix cache); history.html?conversation=ID shows one conversation; TTFT and tokens/s over
-// time (plot.js); the selected request's token arrival timeline, parameters and whole text from
-// /api/requests/ID.
+// time (plot.js); the selected request's token arrival timeline, parameters (labelled from the
+// parameter table the chat page last saw, params.js) and whole text from /api/requests/ID.
 //
 // Hooks for tests:
 //   threads: <tr class="thread-head" data-conversation="c-..." data-turns="3" data-cached="64">,
@@ -20,6 +20,7 @@
 
 import * as CONV from './conversation.js';
 import { isNum, ms as fmtMs, rate as fmtRate, when as fmtWhen, full as fmtFull, quantile } from './format.js';
+import { describeParams, rememberedTable } from './params.js';
 import { Plot } from './plot.js';
 import * as userKey from './userkey.js';
 
@@ -553,25 +554,15 @@ function renderDetailHead(r) {
   }
 }
 
+// The request's logged parameters, labelled and in the order of the parameter table the chat
+// page last saw in this browser (params.js); without one (or for a name it lacks), by name.
 function renderParams(p) {
   el.detailParams.textContent = '';
   if (!p || typeof p !== 'object') {
     dlRow(el.detailParams, '–', 'not recorded');
     return;
   }
-  const show = (name, v) => dlRow(el.detailParams, name, v == null ? '–' : String(v));
-  show('max tokens', p.max_tokens);
-  show('temperature', p.temperature);
-  show('top-k', p.top_k);
-  show('top-p', p.top_p);
-  show('seed', p.seed);
-  show('stop', Array.isArray(p.stop) ? (p.stop.length ? p.stop.map((s) => JSON.stringify(s)).join(' ') : 'none') : p.stop);
-  show('ignore EOS', p.ignore_eos == null ? null : (p.ignore_eos ? 'yes' : 'no'));
-  for (const k of Object.keys(p)) {
-    if (!['max_tokens', 'temperature', 'top_k', 'top_p', 'seed', 'stop', 'ignore_eos'].includes(k)) {
-      show(k.replace(/_/g, ' '), typeof p[k] === 'object' ? JSON.stringify(p[k]) : p[k]);
-    }
-  }
+  for (const [label, text, doc] of describeParams(p, rememberedTable())) dlRow(el.detailParams, label, text, doc);
 }
 
 function renderTimeline(d) {

@@ -4,7 +4,9 @@
 // browser contexts (each its own WebSocket session): two pages submit at the same moment under the
 // iterative policy and must share a scheduler step (by the server's step frames; sent again if they
 // ran one after the other); the demo button under static; an error frame
-// shown in its card; page-side validation (against the hello's limits); cancel; a phone-sized
+// shown in its card; page-side validation (against the hello's limits); the sampling panel built
+// from the hello's parameter table (every parameter's field and default, the new controls under
+// "More controls", one refused, all of them sent in a generate message); cancel; a phone-sized
 // and a dark-mode page; and, against
 // a second server started with --api-key, the page without the key (it says one is needed) and
 // opened as /?api_key=KEY (it streams). The server
@@ -77,11 +79,13 @@ async function main() {
   log(`browser: Chromium ${browser.version()}`);
 
   // -------- two contexts, same moment, iterative: they must share a step
-  const A = await openPage(browser, base, 'A');
+  const sentA = [];   // page A's generate messages, as sent
+  const A = await openPage(browser, base, 'A', {}, '', captureGenerates(sentA));
   const B = await openPage(browser, base, 'B');
   const sessions = await Promise.all([A, B].map((p) => p.evaluate(() => document.body.dataset.session)));
   check(sessions[0] && sessions[1] && sessions[0] !== sessions[1], `two sessions: ${sessions.join(', ')}`);
   const hello = await A.evaluate(() => window.inflight.hello);
+  await checkPanelBuilt(A, hello);
   const summary = await A.$eval('#model-summary', (e) => e.innerText.replace(/\s+/g, ' ').trim());
   check(/2\s*layers/.test(summary) && /64\s*wide/.test(summary), `model summary shown: "${summary}"`);
 
@@ -173,6 +177,7 @@ async function main() {
   check(stopHint.includes(`, up to ${hello.limits.max_stop};`), `the stop strings' hint has the hello's limit: "${stopHint}"`);
   await A.fill('#max-tokens', String(B_TOKENS));
   await A.fill('#prompt', '');
+  await checkMoreControls(A, hello, sentA);
 
   await screenshot(A, 'iterative-a.png');
   await screenshot(B, 'iterative-b.png');
@@ -318,6 +323,97 @@ async function main() {
     check(rec.problems.length === 0, `page ${rec.name}: no console errors, page errors or CSP violations` +
       (rec.problems.length ? ':\n  ' + rec.problems.join('\n  ') : ''));
   }
+}
+
+// ------------------------------------------------------------------ the parameter panel
+
+// The parameters under "More controls" (off unless set), each with a value to send and what the
+// generate message must then carry.
+const MORE = {
+  min_tokens: ['2', 2],
+  min_p: ['0.05', 0.05],
+  presence_penalty: ['0.5', 0.5],
+  frequency_penalty: ['0.25', 0.25],
+  repetition_penalty: ['1.2', 1.2],
+  logit_bias: ['13: 5, 198:-100', { 13: 5, 198: -100 }],
+  stop_token_ids: ['50256, 0', [50256, 0]],
+};
+const fieldId = (name) => name.replace(/_/g, '-');
+
+// Records the generate messages a page sends (a beforeLoad of openPage).
+function captureGenerates(into) {
+  return (page) => page.on('websocket', (ws) => ws.on('framesent', (f) => {
+    try {
+      const m = JSON.parse(f.payload);
+      if (m && m.type === 'generate') into.push(m);
+    } catch (e) { /* not JSON: not ours */ }
+  }));
+}
+
+// A fresh page's panel is the hello's table: every row a field (label, doc, default; basic
+// ones filled with it), the rows of MORE (and only those) in a collapsed "More controls".
+async function checkPanelBuilt(page, hello) {
+  check(Array.isArray(hello.params) && Object.keys(MORE).every((n) => hello.params.some((r) => r.name === n)),
+    `the hello's params list ${hello.params ? hello.params.length : 0} parameters, the new ones among them`);
+  const shown = await page.evaluate((rows) => rows.map((r) => {
+    const id = r.name.replace(/_/g, '-');
+    const input = document.getElementById(id);
+    const label = document.querySelector(`label[for="${id}"]`);
+    return input && {
+      label: label ? label.textContent : '', title: input.title, placeholder: input.placeholder, value: input.value,
+      checked: input.checked, more: !!input.closest('#params-more'), err: !!document.getElementById(id + '-err'),
+      described: (input.getAttribute('aria-describedby') || '').split(' '),
+    };
+  }), hello.params);
+  const bad = [];
+  hello.params.forEach((r, i) => {
+    const f = shown[i], basic = !(r.name in MORE);
+    if (!f) return bad.push(`${r.name}: no #${fieldId(r.name)}`);
+    if (!f.label.startsWith(r.label) || f.title !== r.doc) bad.push(`${r.name}: label "${f.label}", title "${f.title}"`);
+    if (!f.err || !f.described.includes(fieldId(r.name) + '-err')) bad.push(`${r.name}: no message element described by`);
+    if (f.more === basic) bad.push(`${r.name}: ${f.more ? 'under' : 'not under'} More controls`);
+    if (r.type === 'bool' && f.checked !== r.default) bad.push(`${r.name}: checked ${f.checked}, default ${r.default}`);
+    if ((r.type === 'int' || r.type === 'number') &&
+        (f.placeholder !== String(r.default) || (basic && f.value !== String(r.default)))) {
+      bad.push(`${r.name}: placeholder "${f.placeholder}", value "${f.value}", default ${r.default}`);
+    }
+  });
+  const closed = await page.$eval('#params-more', (d) => !d.open);
+  check(bad.length === 0 && closed, `the panel is the hello's ${hello.params.length} parameters, ` +
+    `${Object.keys(MORE).length} of them in a collapsed "More controls"` + (bad.length ? ':\n  ' + bad.join('\n  ') : ''));
+}
+
+// A bad value of a new control is refused with its row's bounds; every new control set is sent
+// in the generate message as typed (none of them before), and the request completes.
+async function checkMoreControls(page, hello, sent) {
+  const before = (await cardIds(page)).length;
+  check(sent.length > 0 && sent.every((m) => Object.keys(MORE).every((k) => !(k in m))),
+    `page A's ${sent.length} earlier generate messages carry none of the controls left empty`);
+  await page.click('#params-more > summary');
+  const pp = hello.params.find((r) => r.name === 'presence_penalty');
+  await page.fill('#presence-penalty', '3');
+  await page.fill('#logit-bias', '13:500');
+  await page.fill('#prompt', 'not sent');
+  await page.click('#send');
+  const msgs = await page.evaluate(() => ['presence-penalty', 'logit-bias'].map((id) =>
+    [document.getElementById(id + '-err').textContent, document.getElementById(id).getAttribute('aria-invalid')]));
+  check(msgs[0][0] === `${pp.label} must be between ${pp.min} and ${pp.max}.` && msgs[0][1] === 'true' &&
+    / between -100 and 100\.$/.test(msgs[1][0]) && msgs[1][1] === 'true' && (await cardIds(page)).length === before,
+  `presence penalty 3 and logit bias 13:500 refused in the page: "${msgs[0][0]}", "${msgs[1][0]}"`);
+  await page.fill('#max-tokens', '16');
+  for (const [name, [typed]] of Object.entries(MORE)) await page.fill('#' + fieldId(name), typed);
+  await page.fill('#prompt', 'Every control at once');
+  await page.click('#send');
+  const id = (await cardIds(page))[0];
+  const c = await waitFinal(page, id);
+  const m = sent[sent.length - 1];
+  const wrong = Object.entries(MORE).filter(([k, [, want]]) => JSON.stringify(m[k]) !== JSON.stringify(want))
+    .map(([k, [, want]]) => `${k}: ${JSON.stringify(m[k])}, not ${JSON.stringify(want)}`);
+  check(m.prompt === 'Every control at once' && wrong.length === 0,
+    `the generate message carries every new control as typed` + (wrong.length ? ':\n  ' + wrong.join('\n  ') : ''));
+  check(c.state === 'done', `card ${id} with every new control set: ${c.state} (${c.finish}, ${c.tokens})`);
+  for (const name of Object.keys(MORE)) await page.fill('#' + fieldId(name), '');
+  await page.fill('#max-tokens', '48');
 }
 
 // A server started with --api-key: the page opened without the key says it needs one (the server
