@@ -206,15 +206,21 @@ double params_default(const param_def *d, const proto_limits *lim)
     }
 }
 
-static int clip_len(const char *s)
+/* How many bytes of the UTF-8 string s to quote: all, up to max, cut at a character boundary. */
+static int clip_to(const char *s, size_t max)
 {
     size_t n = strlen(s);
-    if (n > 64) {
-        n = 64;
+    if (n > max) {
+        n = max;
         while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
             n--;
     }
     return (int)n;
+}
+
+static int clip_len(const char *s)
+{
+    return clip_to(s, 64);
 }
 
 static int refuse(proto_error *err, ifl_code code, const char *field, const char *fmt, ...)
@@ -226,7 +232,7 @@ static int refuse(proto_error *err, ifl_code code, const char *field, const char
     vsnprintf(err->message, sizeof err->message, fmt, ap);
     va_end(ap);
     err->code = code;
-    snprintf(err->param, sizeof err->param, "%.*s", clip_len(field), field);
+    snprintf(err->param, sizeof err->param, "%.*s", clip_to(field, sizeof err->param - 1), field);
     return -1;
 }
 

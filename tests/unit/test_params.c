@@ -20,6 +20,7 @@
 #include "params.h"
 #include "protocol.h"
 #include "testutil.h"
+#include "utf8.h"
 
 static const proto_limits LIM = {.max_tokens = 255,
                                  .n_vocab = 50257,
@@ -250,6 +251,15 @@ static void walk_table(void)
     o = parse_with(PARAM_API_COMPLETIONS, "temperature", "null", 0);
     CHECKF(o.rc == 0 && o.p.temperature == LIM.def_temperature, "completions: null temperature");
     expect_refused(PARAM_API_WS, "temperature", "null", 0, IFL_CODE_WRONG_TYPE, "ws");
+    /* an unknown name longer than the error's param: cut at a character, never inside one (the
+     * fuzz targets found "é" x 30 cut after 47 bytes) */
+    char name[128] = "";
+    for (int i = 0; i < 30; i++)
+        strcat(name, "\xc3\xa9");
+    o = parse_with(PARAM_API_WS, name, "1", 0);
+    CHECKF(o.rc == -1 && o.e.code == IFL_CODE_UNKNOWN_FIELD && strlen(o.e.param) == 46 &&
+               ifl_utf8_valid(o.e.param, strlen(o.e.param)),
+           "a long multibyte unknown name: param of %zu bytes", strlen(o.e.param));
 }
 
 /* The log writes every value parameter; the hello lists /ws's, in the table's order. */
