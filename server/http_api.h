@@ -102,7 +102,10 @@ int http_route_path(const http_api_desc *a, const char *path, http_req_info *ri,
 int http_model_policy(const char *name, const char *served_name, ifl_policy *policy);
 /* How many bytes of the UTF-8 string s an error message quotes ("%.*s"): all of them up to max,
  * else max cut back to a character boundary, so the message stays UTF-8 (and its answer JSON). */
-int http_clip_len(const char *s, size_t max);
+static inline int http_clip_len(const char *s, size_t max)
+{
+    return params_clip_len(s, max);
+}
 
 /* ---- Triton (http_triton.c) ---- */
 /* The Triton model named by the len bytes at name: iterative-gpt2 or simple-gpt2; 0 with *policy

@@ -35,17 +35,6 @@ static const openai_shape *shape_of(const http_req_info *ri)
     return HTTP_APIS[ri->api].openai;
 }
 
-int http_clip_len(const char *s, size_t max)
-{
-    size_t n = strlen(s);
-    if (n > max) {
-        n = max;
-        while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
-            n--;
-    }
-    return (int)n;
-}
-
 static int fail(proto_error *err, ifl_code code, const char *param, const char *msg)
 {
     proto_error_set(err, code, "%s", msg);

@@ -206,8 +206,7 @@ double params_default(const param_def *d, const proto_limits *lim)
     }
 }
 
-/* How many bytes of the UTF-8 string s to quote: all, up to max, cut at a character boundary. */
-static int clip_to(const char *s, size_t max)
+int params_clip_len(const char *s, size_t max)
 {
     size_t n = strlen(s);
     if (n > max) {
@@ -220,7 +219,7 @@ static int clip_to(const char *s, size_t max)
 
 static int clip_len(const char *s)
 {
-    return clip_to(s, 64);
+    return params_clip_len(s, 64);
 }
 
 static int refuse(proto_error *err, ifl_code code, const char *field, const char *fmt, ...)
@@ -232,7 +231,7 @@ static int refuse(proto_error *err, ifl_code code, const char *field, const char
     vsnprintf(err->message, sizeof err->message, fmt, ap);
     va_end(ap);
     err->code = code;
-    snprintf(err->param, sizeof err->param, "%.*s", clip_to(field, sizeof err->param - 1), field);
+    snprintf(err->param, sizeof err->param, "%.*s", params_clip_len(field, sizeof err->param - 1), field);
     return -1;
 }
 

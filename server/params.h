@@ -98,6 +98,9 @@ typedef struct {
 extern const param_def PARAMS[];
 extern const int PARAMS_N;
 
+/* How many bytes of the UTF-8 string s a message quotes ("%.*s"): all of them up to max, cut at a
+ * character boundary (the server's one such cut: http_clip_len is this). */
+int params_clip_len(const char *s, size_t max);
 /* "a string", "a number", ... for error messages. */
 const char *params_json_type(const struct cJSON *v);
 
