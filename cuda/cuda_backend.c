@@ -14,12 +14,15 @@
  *              ff = gelu(tmp + b)                   gelu.cu           (T, F) w
  *              tmp = ff Wmproj                      cuBLAS            (T, C) f32
  *              x += tmp + b; xn = LN1'(x)           layernorm.cu (the next layer's LN1)
- *   xf = LNf(x[last token of each run])             layernorm.cu      (S, C) w
- *   logits = xf wte^T                               cuBLAS            (S, V) f32, rows ldv apart
+ *   xf = LNf(x[rows asked for])                     layernorm.cu      (R, C) w
+ *   logits = xf wte^T                               cuBLAS            (R, V) f32, rows ldv apart
  * where w is the weights' dtype (bf16, or f16): the GEMMs read w and accumulate in f32 on the
  * tensor cores (cublasGemmEx, CUBLAS_COMPUTE_32F). Then either the logits are copied to the host
  * (step) or sample.cu draws each run's next token and only S ids come back (step_sample), after
  * logit_adj.cu has applied the rows' adjustments (penalties, logit_bias, bans) when some have any.
+ * R is the rows the runs asked for (ifl_batch.n_rows, by default each run's last token), gathered
+ * by index (meta rows): a step of prefill chunks that end no prompt runs no lm_head. KV blocks are
+ * copied on the same stream (copy_blocks).
  *
  * Decode-only steps (every run one token) have a fixed shape for a given S, so they are captured
  * once per batch-size bucket (1, 2, 4, ..., max_seqs) as a CUDA graph and replayed: the metadata
@@ -109,9 +112,9 @@ static int gemm_kn(cuda_backend *be, float *y, const void *x, const void *W, int
     return 0;
 }
 
-/* Enqueues the forward pass for T token rows and S sequence rows whose metadata is on the device
+/* Enqueues the forward pass for T token rows and R rows of logits whose metadata is on the device
  * (d_meta). Nothing here synchronises, so it can be captured into a graph. */
-static int forward(cuda_backend *be, int32_t T, int32_t S, ifl_err *err)
+static int forward(cuda_backend *be, int32_t T, int32_t R, ifl_err *err)
 {
     cudaStream_t st = be->stream;
     const meta_layout *ml = &be->ml;
@@ -149,12 +152,14 @@ static int forward(cuda_backend *be, int32_t T, int32_t S, ifl_err *err)
             KERNEL(ifl_cuda_add_layernorm(NULL, be->wdt, be->x, be->tmp, ly->mproj_b, be->lnf_w,
                                           be->lnf_b, NULL, T, C, be->eps, st));
     }
+    if (R == 0)
+        return 0; /* no run asked for a row */
     KERNEL(ifl_cuda_add_layernorm(be->xf, be->wdt, be->x, NULL, NULL, be->lnf_w, be->lnf_b,
-                                  d + ml->last_row, S, C, be->eps, st));
+                                  d + ml->rows, R, C, be->eps, st));
     /* logits^T (ldv, S) = lm_head (ldv, C) xf^T (C, S): lm_head row-major is column-major (C, ldv)
      */
     const float one = 1.0f, zero = 0.0f;
-    BLAS(cublasGemmEx(be->blas, CUBLAS_OP_T, CUBLAS_OP_N, be->ldv, S, C, &one, be->lm_head,
+    BLAS(cublasGemmEx(be->blas, CUBLAS_OP_T, CUBLAS_OP_N, be->ldv, R, C, &one, be->lm_head,
                       be->wtype, C, be->xf, be->wtype, C, &zero, be->logits, CUDA_R_32F, be->ldv,
                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return 0;
@@ -167,6 +172,31 @@ static int bucket_of(const cuda_backend *be, int32_t S)
         if (be->bucket_size[i] >= S)
             return i;
     return -1;
+}
+
+/* The rows of logits the device computes (meta rows, be->row_run, be->n_dev_rows): a decode graph's
+ * every row (row s is run s's token; those nobody asked for are computed and not copied), else
+ * exactly the rows the runs asked for, run by run. */
+static void fill_rows(cuda_backend *be, const ifl_batch *b, int graph, int32_t S_pad)
+{
+    int32_t *rows = be->h_meta + be->ml.rows, n = 0;
+    for (int32_t s = 0; s < b->n_seqs; s++) {
+        int32_t k = b->n_rows ? b->n_rows[s] : 1, end = b->run_start[s + 1];
+        if (graph) { /* decode only: one token per run, k 0 or 1 */
+            rows[n] = s;
+            be->row_run[n++] = k > 0 ? s : -1;
+            continue;
+        }
+        for (int32_t i = end - k; i < end; i++) {
+            rows[n] = i;
+            be->row_run[n++] = s;
+        }
+    }
+    for (; graph && n < S_pad; n++) { /* padding */
+        rows[n] = n;
+        be->row_run[n] = -1;
+    }
+    be->n_dev_rows = n;
 }
 
 /* Fills the host metadata for the batch, padded to T_pad tokens and S_pad sequences. */
@@ -188,7 +218,6 @@ static void fill_meta(cuda_backend *be, const ifl_batch *b, int32_t T_pad, int32
             h[ml->n_keys + i] = pos + 1;
             h[ml->table_row + i] = s;
         }
-        h[ml->last_row + s] = r1 - 1;
     }
     for (int32_t i = b->n_tokens; i < T_pad; i++) { /* padding: no slot, no keys */
         h[ml->tokens + i] = 0;
@@ -197,8 +226,6 @@ static void fill_meta(cuda_backend *be, const ifl_batch *b, int32_t T_pad, int32
         h[ml->n_keys + i] = 0;
         h[ml->table_row + i] = 0;
     }
-    for (int32_t s = b->n_seqs; s < S_pad; s++)
-        h[ml->last_row + s] = s < T_pad ? s : 0;
 }
 
 static int is_decode_only(const ifl_batch *b)
@@ -216,13 +243,14 @@ static int run_forward(cuda_backend *be, const ifl_batch *b, ifl_err *err)
     int32_t T_pad = bk >= 0 ? be->bucket_size[bk] : T;
     int32_t S_pad = bk >= 0 ? be->bucket_size[bk] : S;
     fill_meta(be, b, T_pad, S_pad);
+    fill_rows(be, b, bk >= 0, S_pad);
     /* the block tables are the last section: copy only the rows this step has */
     size_t n_ints = be->ml.tables + (size_t)S_pad * (size_t)be->max_blocks;
     CU(cudaMemcpyAsync(be->d_meta, be->h_meta, n_ints * sizeof(int32_t), cudaMemcpyHostToDevice,
                        be->stream));
     be->steps++;
     if (bk < 0)
-        return forward(be, T, S, err);
+        return forward(be, T, be->n_dev_rows, err);
     if (be->graph[bk]) {
         be->graph_steps++;
         CU(cudaGraphLaunch(be->graph[bk], be->stream));
@@ -250,6 +278,7 @@ static int run_forward(cuda_backend *be, const ifl_batch *b, ifl_err *err)
         be->graph[bk] = NULL;
         be->use_graphs = 0;
         be->graph_failed = 1;
+        be->n_dev_rows = S; /* the graph's rows without its padding: row s is run s's */
         return forward(be, T, S, err);
     }
     be->graph_steps++;
@@ -261,9 +290,23 @@ static int step_logits(cuda_backend *be, const ifl_batch *b, float *logits, ifl_
 {
     if (run_forward(be, b, err))
         return ifl_err_prefix(err, "cuda step");
-    CU(cudaMemcpy2DAsync(logits, (size_t)be->V * sizeof(float), be->logits,
-                         (size_t)be->ldv * sizeof(float), (size_t)be->V * sizeof(float),
-                         (size_t)b->n_seqs, cudaMemcpyDeviceToHost, be->stream));
+    /* the asked-for rows, in order: one copy per stretch of consecutive device rows */
+    int32_t out = 0;
+    for (int32_t j = 0; j < be->n_dev_rows;) {
+        if (be->row_run[j] < 0) {
+            j++;
+            continue;
+        }
+        int32_t j1 = j + 1;
+        while (j1 < be->n_dev_rows && be->row_run[j1] >= 0)
+            j1++;
+        CU(cudaMemcpy2DAsync(logits + (size_t)out * (size_t)be->V, (size_t)be->V * sizeof(float),
+                             be->logits + (size_t)j * (size_t)be->ldv,
+                             (size_t)be->ldv * sizeof(float), (size_t)be->V * sizeof(float),
+                             (size_t)(j1 - j), cudaMemcpyDeviceToHost, be->stream));
+        out += j1 - j;
+        j = j1;
+    }
     CU(cudaStreamSynchronize(be->stream));
     return 0;
 }
@@ -291,14 +334,21 @@ static int adj_reserve(cuda_backend *be, int32_t n, ifl_err *err)
     return 0;
 }
 
-/* Enqueues the active rows' logit adjustments (ifl_sample_req.adj) on the device logits: nothing
- * at all when no row has any, else only their ops cross. */
+/* The request device row j is drawn with (be->row_run), NULL for a row nobody draws from. */
+static const ifl_sample_req *row_req(const cuda_backend *be, int32_t j, const ifl_sample_req *req)
+{
+    int32_t s = be->row_run[j];
+    return s >= 0 && req[s].active ? &req[s] : NULL;
+}
+
+/* Enqueues the active rows' logit adjustments (ifl_sample_req.adj) on the device logits (S rows):
+ * nothing at all when no row has any, else only their ops cross. */
 static int adjust_rows(cuda_backend *be, int32_t S, const ifl_sample_req *req, ifl_err *err)
 {
     int32_t n = 0;
     for (int32_t s = 0; s < S; s++)
-        if (req[s].active && req[s].adj)
-            n += ifl_logit_adj_n_ops(req[s].adj);
+        if (row_req(be, s, req) && row_req(be, s, req)->adj)
+            n += ifl_logit_adj_n_ops(row_req(be, s, req)->adj);
     if (n == 0)
         return 0;
     if (adj_reserve(be, n, err))
@@ -306,8 +356,9 @@ static int adjust_rows(cuda_backend *be, int32_t S, const ifl_sample_req *req, i
     int32_t at = 0;
     for (int32_t s = 0; s < S; s++) {
         be->h_adj_rows[s] = at;
-        if (req[s].active && req[s].adj)
-            at += ifl_logit_adj_ops(req[s].adj, be->h_adj_ops + at);
+        const ifl_sample_req *r = row_req(be, s, req);
+        if (r && r->adj)
+            at += ifl_logit_adj_ops(r->adj, be->h_adj_ops + at);
     }
     be->h_adj_rows[S] = at;
     CU(cudaMemcpyAsync(be->d_adj_rows, be->h_adj_rows, (size_t)(S + 1) * sizeof(int32_t),
@@ -322,31 +373,45 @@ static int adjust_rows(cuda_backend *be, int32_t S, const ifl_sample_req *req, i
 static int step_tokens(cuda_backend *be, const ifl_batch *b, const ifl_sample_req *req,
                        int32_t *tokens, ifl_err *err)
 {
-    for (int32_t s = 0; s < b->n_seqs; s++) {
+    for (int32_t s = 0; s < b->n_seqs; s++)
         if (req[s].active && ifl_sampling_validate(&req[s].sampling, err))
             return ifl_err_prefix(err, "sequence %d", s);
-        be->h_sreq[s] = (ifl_cuda_sample_req){.temperature = req[s].sampling.temperature,
-                                              .top_k = req[s].sampling.top_k,
-                                              .top_p = req[s].sampling.top_p,
-                                              .active = req[s].active,
-                                              .seed = req[s].seed,
-                                              .draw = req[s].draw,
-                                              .min_p = req[s].sampling.min_p,
-                                              .min_p_cut =
-                                                  ifl_sampling_min_p_cut(&req[s].sampling)};
-    }
     if (run_forward(be, b, err))
         return ifl_err_prefix(err, "cuda step");
-    if (adjust_rows(be, b->n_seqs, req, err)) /* (built while the forward pass runs) */
+    /* one request per device row (built while the forward pass runs): at most one row per run */
+    int32_t R = be->n_dev_rows;
+    while (R > 0 && be->row_run[R - 1] < 0) /* a graph's padding: nothing to draw */
+        R--;
+    for (int32_t j = 0; j < R; j++) {
+        const ifl_sample_req *r = row_req(be, j, req);
+        be->h_sreq[j] = (ifl_cuda_sample_req){.active = 0};
+        if (r)
+            be->h_sreq[j] = (ifl_cuda_sample_req){.temperature = r->sampling.temperature,
+                                                  .top_k = r->sampling.top_k,
+                                                  .top_p = r->sampling.top_p,
+                                                  .active = 1,
+                                                  .seed = r->seed,
+                                                  .draw = r->draw,
+                                                  .min_p = r->sampling.min_p,
+                                                  .min_p_cut =
+                                                      ifl_sampling_min_p_cut(&r->sampling)};
+    }
+    for (int32_t s = 0; s < b->n_seqs; s++)
+        tokens[s] = -1;
+    if (R == 0) /* no active run: nothing to draw */
+        return 0;
+    if (adjust_rows(be, R, req, err))
         return ifl_err_prefix(err, "cuda step, logit adjustments");
-    CU(cudaMemcpyAsync(be->d_sreq, be->h_sreq, (size_t)b->n_seqs * sizeof *be->h_sreq,
+    CU(cudaMemcpyAsync(be->d_sreq, be->h_sreq, (size_t)R * sizeof *be->h_sreq,
                        cudaMemcpyHostToDevice, be->stream));
-    KERNEL(ifl_cuda_sample(be->d_tok, be->logits, be->d_sreq, b->n_seqs, be->V, be->ldv,
+    KERNEL(ifl_cuda_sample(be->d_tok, be->logits, be->d_sreq, R, be->V, be->ldv,
                            be->sample_scratch, be->stream));
-    CU(cudaMemcpyAsync(be->h_tok, be->d_tok, (size_t)b->n_seqs * sizeof(int32_t),
-                       cudaMemcpyDeviceToHost, be->stream));
+    CU(cudaMemcpyAsync(be->h_tok, be->d_tok, (size_t)R * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                       be->stream));
     CU(cudaStreamSynchronize(be->stream));
-    memcpy(tokens, be->h_tok, (size_t)b->n_seqs * sizeof *tokens);
+    for (int32_t j = 0; j < R; j++)
+        if (row_req(be, j, req))
+            tokens[be->row_run[j]] = be->h_tok[j];
     return 0;
 }
 
@@ -372,7 +437,31 @@ static int cuda_step_sample(ifl_backend *base, const ifl_batch *b, const ifl_sam
     cuda_backend *be = (cuda_backend *)base;
     if (ifl_batch_validate(base, b, err))
         return -1;
+    for (int32_t s = 0; b->n_rows && s < b->n_seqs; s++)
+        if (b->n_rows[s] > 1)
+            return ifl_err_set(err, "cuda step_sample: sequence %d asks for %d rows (at most 1)", s,
+                               b->n_rows[s]);
     return step_tokens(be, b, req, tokens, err) ? step_failed(be) : 0;
+}
+
+/* KV block src[i] into dst[i] (every layer, keys and values: a block is one run of the pool,
+ * kv.cu's layout), device to device on the step's stream, so the next step sees the copies. */
+static int cuda_copy_blocks(ifl_backend *base, const int32_t *src, const int32_t *dst, int32_t n,
+                            ifl_err *err)
+{
+    cuda_backend *be = (cuda_backend *)base;
+    int32_t nb = base->params.kv_blocks;
+    size_t bytes = be->kv_bytes / (size_t)nb;
+    for (int32_t i = 0; i < n; i++) {
+        if (src[i] < 0 || src[i] >= nb || dst[i] < 0 || dst[i] >= nb)
+            return ifl_err_set(err, "copy_blocks: copy %d is block %d -> %d, outside the pool [0, %d)",
+                               i, src[i], dst[i], nb);
+        if (src[i] != dst[i])
+            CU(cudaMemcpyAsync((char *)be->kv + (size_t)dst[i] * bytes,
+                               (const char *)be->kv + (size_t)src[i] * bytes, bytes,
+                               cudaMemcpyDeviceToDevice, be->stream));
+    }
+    return 0;
 }
 
 /* ---- set-up and tear-down -------------------------------------------------------------------- */
@@ -409,6 +498,7 @@ static void cuda_free(ifl_backend *base)
     cudaFreeHost(be->h_tok);
     if (be->stream)
         cudaStreamDestroy(be->stream);
+    free(be->row_run);
     free(be->layers);
     free(be);
 }
@@ -432,6 +522,7 @@ static const ifl_backend_ops cuda_ops = {
     .free = cuda_free,
     .step = cuda_step,
     .step_sample = cuda_step_sample,
+    .copy_blocks = cuda_copy_blocks,
     .describe = cuda_describe,
 };
 

@@ -22,7 +22,7 @@ typedef struct {
  * offsets (int32 elements) so that captured graphs can keep reading the same addresses. */
 typedef struct {
     size_t tokens, pos, kv_slot, n_keys, table_row; /* (max_T) each */
-    size_t last_row;                                /* (max_S) */
+    size_t rows; /* (max_T) the token of each row the final LayerNorm and the lm_head compute */
     size_t tables;                                  /* (max_S, max_blocks) */
     size_t n_ints;
 } meta_layout;
@@ -63,6 +63,9 @@ typedef struct {
     /* metadata and sampling I/O */
     meta_layout ml;
     int32_t *h_meta, *d_meta;
+    int32_t n_dev_rows; /* rows of logits the step computes on the device */
+    int32_t *row_run;   /* (max_T) host: the run whose asked-for row device row j is; -1: a row
+                           nobody asked for (a graph's padding, or a run with n_rows 0 in one) */
     ifl_cuda_sample_req *h_sreq, *d_sreq;
     int32_t *h_tok, *d_tok;
     void *sample_scratch;

@@ -146,11 +146,11 @@ static int alloc_run_state(cuda_backend *be, ifl_err *err)
     size_t sizes[] = {T * C * 4,               /* x */
                       T * 3 * C * 4,           /* qkv */
                       T * (F > C ? F : C) * 4, /* tmp */
-                      S * (size_t)be->ldv * 4, /* logits */
+                      T * (size_t)be->ldv * 4, /* logits: up to a row per token */
                       T * C * w,               /* xn */
                       T * C * w,               /* att */
                       T * F * w,               /* ff */
-                      S * C * w};              /* xf */
+                      T * C * w};              /* xf */
     void **dst[] = {(void **)&be->x, (void **)&be->qkv, (void **)&be->tmp, (void **)&be->logits,
                     &be->xn,         &be->att,          &be->ff,           &be->xf};
     size_t total = 0;
@@ -171,13 +171,16 @@ static int alloc_run_state(cuda_backend *be, ifl_err *err)
     ml->kv_slot = o, o += T;
     ml->n_keys = o, o += T;
     ml->table_row = o, o += T;
-    ml->last_row = o, o += S;
+    ml->rows = o, o += T;
     ml->tables = o, o += S * (size_t)be->max_blocks;
     ml->n_ints = o;
     CU(cudaMallocHost((void **)&be->h_meta, o * sizeof(int32_t)));
     memset(be->h_meta, 0, o * sizeof(int32_t));
     CU(cudaMalloc((void **)&be->d_meta, o * sizeof(int32_t)));
     CU(cudaMemset(be->d_meta, 0, o * sizeof(int32_t)));
+    be->row_run = malloc(T * sizeof *be->row_run);
+    if (!be->row_run)
+        return ifl_err_set(err, "out of memory for %zu rows' runs", T);
     CU(cudaMallocHost((void **)&be->h_sreq, S * sizeof *be->h_sreq));
     CU(cudaMalloc((void **)&be->d_sreq, S * sizeof *be->d_sreq));
     CU(cudaMallocHost((void **)&be->h_tok, S * sizeof(int32_t)));

@@ -1,6 +1,7 @@
 /* backend.c: what every backend shares: default parameters, the constructors' common part, batch
  * validation, the wrappers over the optional entries (describe, step + sampling for backends that
- * do not sample on the device). See backend.h. Not the choice of a backend: runtime/device.c. */
+ * do not sample on the device or batches they cannot sample, host sampling and scoring), the
+ * draw of one request with its logprobs. See backend.h. Not the choice of a backend: runtime/device.c. */
 #include "backend.h"
 #include "defaults.h"
 #include "philox.h"
@@ -8,6 +9,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 void ifl_backend_params_fill(ifl_backend_params *p, const ifl_model *m, int64_t kv_mem_mb)
 {
@@ -77,6 +79,9 @@ int ifl_batch_validate(const ifl_backend *be, const ifl_batch *b, ifl_err *err)
                 return ifl_err_set(err,
                                    "batch: sequence %d block %d is %d, outside the pool [0, %d)", s,
                                    j, b->block_tables[s][j], p->kv_blocks);
+        if (b->n_rows && (b->n_rows[s] < 0 || b->n_rows[s] > len))
+            return ifl_err_set(err, "batch: sequence %d asks for %d rows of its %d tokens", s,
+                               b->n_rows[s], len);
         for (int32_t i = b->run_start[s]; i < b->run_start[s + 1]; i++)
             if (b->tokens[i] < 0 || b->tokens[i] >= c->n_vocab)
                 return ifl_err_set(
@@ -86,30 +91,97 @@ int ifl_batch_validate(const ifl_backend *be, const ifl_batch *b, ifl_err *err)
     return 0;
 }
 
+/* 1 when the batch can be sampled on the device (backend.h: step_sample): no logprobs wanted, and
+ * n_rows NULL or one row of every active run and none of an inactive one. */
+static int device_can_sample(const ifl_batch *b, const ifl_sample_req *req)
+{
+    for (int32_t s = 0; s < b->n_seqs; s++) {
+        if (req[s].active && req[s].lp)
+            return 0;
+        if (b->n_rows && b->n_rows[s] != (req[s].active ? 1 : 0))
+            return 0;
+    }
+    return 1;
+}
+
+/* row_of[s]: the row of run s's last token in a step's logits of b; -1 for a run with no row. */
+static void last_rows(const ifl_batch *b, int32_t *row_of)
+{
+    int32_t end = 0;
+    for (int32_t s = 0; s < b->n_seqs; s++) {
+        end += b->n_rows ? b->n_rows[s] : 1;
+        row_of[s] = (b->n_rows ? b->n_rows[s] : 1) > 0 ? end - 1 : -1;
+    }
+}
+
 int ifl_backend_step_sample(ifl_backend *be, const ifl_batch *b, const ifl_sample_req *req,
                             int32_t *tokens, float *logits, ifl_sampler *sampler, ifl_err *err)
 {
-    if (be->ops->step_sample)
+    if (be->ops->step_sample && device_can_sample(b, req))
         return be->ops->step_sample(be, b, req, tokens, err);
-    if (ifl_backend_step(be, b, logits, err))
-        return -1;
+    int32_t stack_rows[256];
+    int32_t *row_of = b->n_seqs <= 256 ? stack_rows : malloc((size_t)b->n_seqs * sizeof *row_of);
+    if (!row_of)
+        return ifl_err_set(err, "out of memory for the rows of %d runs", b->n_seqs);
+    last_rows(b, row_of);
+    int rc = 0;
+    for (int32_t s = 0; s < b->n_seqs && !rc; s++)
+        if (req[s].active && row_of[s] < 0)
+            rc = ifl_err_set(err, "batch: sequence %d wants a token but asks for no row", s);
+    if (!rc && !(rc = ifl_backend_step(be, b, logits, err)))
+        ifl_backend_sample(be, logits, b->n_seqs, row_of, req, tokens, sampler);
+    if (row_of != stack_rows)
+        free(row_of);
+    return rc;
+}
+
+void ifl_backend_sample(ifl_backend *be, float *logits, int32_t n_req, const int32_t *row_of,
+                        const ifl_sample_req *req, int32_t *tokens, ifl_sampler *sampler)
+{
     if (be->ops->sample) {
-        be->ops->sample(be, logits, b->n_seqs, req, tokens);
-        return 0;
+        be->ops->sample(be, logits, n_req, row_of, req, tokens);
+        return;
+    }
+    size_t V = (size_t)be->model->cfg.n_vocab;
+    for (int32_t i = 0; i < n_req; i++)
+        tokens[i] = req[i].active ? ifl_backend_draw(
+                                        sampler, logits + (size_t)(row_of ? row_of[i] : i) * V,
+                                        &req[i])
+                                  : -1;
+}
+
+void ifl_backend_score(ifl_backend *be, const float *logits, int32_t n, const int32_t *row_of,
+                       const int32_t *token, int32_t n_top, ifl_logprob *out)
+{
+    if (be->ops->score) {
+        be->ops->score(be, logits, n, row_of, token, n_top, out);
+        return;
     }
     int32_t V = be->model->cfg.n_vocab;
-    for (int32_t s = 0; s < b->n_seqs; s++)
-        tokens[s] = ifl_backend_draw(sampler, logits + (size_t)s * V, &req[s]);
-    return 0;
+    for (int32_t i = 0; i < n; i++)
+        ifl_logprob_score(logits + (size_t)(row_of ? row_of[i] : i) * (size_t)V, V, token[i],
+                          n_top, &out[i]);
 }
 
 int32_t ifl_backend_draw(ifl_sampler *sampler, float *row, const ifl_sample_req *r)
 {
     if (!r->active)
         return -1;
-    if (r->adj)
+    float lse = 0;
+    const float *raw = row;
+    if (r->lp)
+        ifl_logprob_row(row, sampler->n_vocab, r->n_top, r->lp, &lse);
+    if (r->adj) {
+        if (r->lp) {
+            memcpy(sampler->raw, row, (size_t)sampler->n_vocab * sizeof *row);
+            raw = sampler->raw;
+        }
         ifl_logit_adj_apply(row, r->adj);
-    return ifl_sample_u(sampler, row, &r->sampling, ifl_philox_uniform(r->seed, r->draw));
+    }
+    int32_t tok = ifl_sample_u(sampler, row, &r->sampling, ifl_philox_uniform(r->seed, r->draw));
+    if (r->lp)
+        ifl_logprob_set_token(r->lp, tok, raw[tok], lse);
+    return tok;
 }
 
 void ifl_backend_describe(const ifl_backend *be, char *buf, int cap)

@@ -6,15 +6,16 @@
  *              append k, v of every token to its sequence's KV blocks
  *              att = causal attention of each token over its sequence's positions 0..pos
  *              x += att Wproj + b; xn = LN2(x); ff = gelu(xn Wfc + b); x += ff Wmproj + b
- *   xf = LNf(x[last token of each run])                        (S, C)
- *   logits = xf lm_head^T                                      (S, V)
+ *   xf = LNf(x[rows asked for: by default each run's last token])  (R, C)
+ *   logits = xf lm_head^T                                      (R, V)
  * Matrix products and attention are split across the thread pool; the kernels are those of the
  * process's kernel family when the backend is made (cpu_isa.h, cpu_kernels.h). OpenBLAS, used only
  * when asked (--sgemm-above), runs single-threaded inside each pool thread so that only one set of
  * threads ever competes for the cores.
  *
  * KV pool layout, f32, per block: [layer][k|v][head], where a head's K part is (D, BS) (transposed,
- * so scores for a block are one vectorised pass per d) and its V part is (BS, D). */
+ * so scores for a block are one vectorised pass per d) and its V part is (BS, D). The state is in
+ * cpu_backend_impl.h; sampling, scoring and block copies are cpu_backend_rows.c's. */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -27,6 +28,7 @@
 #endif
 
 #include "backend.h"
+#include "cpu_backend_impl.h"
 #include "cpu_kernels.h"
 #include "cpu_kernels_isa.h"
 #include "defaults.h"
@@ -34,66 +36,9 @@
 #include "util.h"
 #include "work_ranges.h"
 
-enum { PH_EMBED, PH_LN, PH_QKV, PH_KV, PH_ATTN, PH_PROJ, PH_FC, PH_MPROJ, PH_HEAD, PH_COUNT };
 static const char *const phase_names[PH_COUNT] = {"embed",    "layernorm", "qkv",
                                                   "kv-write", "attention", "attn-proj",
                                                   "fc+gelu",  "mlp-proj",  "lm_head"};
-
-typedef struct {
-    ifl_backend base;
-    ifl_threadpool *tp;
-    int nth;
-    const ifl_cpu_kernels *k; /* the kernel family, the process's when this backend was made */
-    int32_t L, H, D, C, F, V, P, BS;
-    ifl_layer *layers; /* (L) the model's layers, matrices in panel layouts */
-    ifl_mat lm_head;   /* (V, C) in IFL_LAYOUT_NK4 */
-    void *packed;      /* matrices this backend repacked itself (model loaded without
-                          cpu_layout), else NULL */
-    size_t packed_bytes;
-    float *kv; /* (blocks, L, 2, H, D*BS) */
-    size_t kv_bytes;
-    size_t block_floats; /* L * 2 * H * D * BS */
-    /* run state, one allocation */
-    void *arena;
-    size_t arena_bytes;
-    float *x;          /* (T, C) residual stream */
-    float *xn;         /* (T, C) normalised input of a sub-layer */
-    float *qkv;        /* (T, 3C) */
-    float *att;        /* (T, C) attention output */
-    float *ff;         /* (T, F) */
-    float *xf;         /* (S, C) final-normalised last tokens */
-    float *scores;     /* (nth, IFL_ATTN_TILE, P + BS) attention scores, per thread */
-    float *mm_scratch; /* (nth, mm_floats) */
-    size_t mm_floats;
-    int32_t mm_max_k, mm_max_n, mm_max_m;
-    int32_t *tok_seq;     /* (T) sequence of each token */
-    int32_t *tok_pos;     /* (T) position of each token */
-    int32_t *last_tok;    /* (S) index of each run's last token */
-    int32_t *tile_tok;    /* (T) first token of each attention tile */
-    int32_t n_tiles;
-    int32_t gemv_rows[3]; /* per weight dtype */
-    /* the step in flight, read by the pool's tasks */
-    const ifl_batch *batch;
-    int32_t layer;
-    int32_t n_rows; /* rows for the LayerNorm task */
-    const float *ln_in;
-    float *ln_out;
-    const float *ln_w, *ln_b;
-    const int32_t *ln_rows; /* row indices into ln_in, or NULL for 0..n_rows-1 */
-    ifl_matmul_args mm;
-    ifl_work_ranges att_items; /* attention's (tile, head) items, a range per share */
-    /* cpu_sample: one sampler (scratch of n_vocab candidates) per share of the pool */
-    ifl_sampler *samplers;
-    int n_samplers;
-    float *s_logits; /* rows with adjustments are changed in place */
-    const ifl_sample_req *s_req;
-    int32_t *s_tokens;
-    int32_t s_n;
-    /* IFL_PROFILE=1 in the environment: seconds per phase, printed when the backend is freed */
-    int profile;
-    double prof[PH_COUNT];
-    int64_t prof_steps;
-} cpu_backend;
 
 /* ---- tasks (run on every pool thread) -------------------------------------------------------- */
 
@@ -361,20 +306,35 @@ static void run_matmul(cpu_backend *be, float *y, const float *x, int32_t M, con
         ifl_threadpool_run(be->tp, task_matmul_finish, be);
 }
 
+/* logits (n, V) = xf (n, C) lm_head^T, in products of up to mm_max_m rows (the rows the scratch
+ * was sized for; at least max_seqs, so a step of one row per run is one product). Each row's dot
+ * products are its own, so the split changes no bit. */
+static void run_lm_head(cpu_backend *be, float *logits, int32_t n)
+{
+    for (int32_t r0 = 0; r0 < n; r0 += be->mm_max_m) {
+        int32_t m = n - r0 < be->mm_max_m ? n - r0 : be->mm_max_m;
+        run_matmul(be, logits + (size_t)r0 * (size_t)be->V, be->xf + (size_t)r0 * (size_t)be->C, m,
+                   &be->lm_head, 1, NULL, 0, IFL_ACT_NONE);
+    }
+}
+
 static int cpu_step(ifl_backend *base, const ifl_batch *b, float *logits, ifl_err *err)
 {
     cpu_backend *be = (cpu_backend *)base;
     const ifl_model *m = base->model;
     if (ifl_batch_validate(base, b, err))
         return -1;
-    int32_t T = b->n_tokens, S = b->n_seqs;
+    int32_t T = b->n_tokens, S = b->n_seqs, n_out = 0;
     for (int32_t s = 0; s < S; s++) {
         for (int32_t i = b->run_start[s]; i < b->run_start[s + 1]; i++) {
             be->tok_seq[i] = s;
             be->tok_pos[i] = b->pos0[s] + (i - b->run_start[s]);
         }
-        be->last_tok[s] = b->run_start[s + 1] - 1;
+        int32_t k = b->n_rows ? b->n_rows[s] : 1;
+        for (int32_t i = b->run_start[s + 1] - k; i < b->run_start[s + 1]; i++)
+            be->row_tok[n_out++] = i;
     }
+    be->n_out_rows = n_out;
     be->n_tiles = attention_tiles(be, b);
     be->batch = b;
     ifl_act act = m->cfg.gelu == IFL_GELU_ERF ? IFL_ACT_GELU_ERF : IFL_ACT_GELU_TANH;
@@ -411,39 +371,16 @@ static int cpu_step(ifl_backend *base, const ifl_batch *b, float *logits, ifl_er
         run_matmul(be, be->x, be->ff, T, &ly->mlp_proj_w, 0, ly->mlp_proj_b, 1, IFL_ACT_NONE);
         PHASE(PH_MPROJ);
     }
-    run_layernorm(be, be->xf, be->x, m->lnf_w, m->lnf_b, S, be->last_tok);
-    PHASE(PH_LN);
-    run_matmul(be, logits, be->xf, S, &be->lm_head, 1, NULL, 0, IFL_ACT_NONE);
-    PHASE(PH_HEAD);
+    if (n_out > 0) { /* a step of prefill chunks that end no prompt needs no lm_head at all */
+        run_layernorm(be, be->xf, be->x, m->lnf_w, m->lnf_b, n_out, be->row_tok);
+        PHASE(PH_LN);
+        run_lm_head(be, logits, n_out);
+        PHASE(PH_HEAD);
+    }
 #undef PHASE
     be->prof_steps++;
     be->batch = NULL;
     return 0;
-}
-
-static void task_sample(void *ctx, int ith, int nth)
-{
-    cpu_backend *be = ctx;
-    size_t V = (size_t)be->base.model->cfg.n_vocab;
-    for (int32_t s = ith; s < be->s_n; s += nth)
-        be->s_tokens[s] = ifl_backend_draw(&be->samplers[ith], be->s_logits + s * V, &be->s_req[s]);
-}
-
-/* Every run's draw on the pool's threads (ifl_backend_ops.sample). With 64 runs a greedy draw
- * over logits just written to memory took ~1% of a step on one thread, and a top-k/top-p draw
- * takes 85-250 us (bench --engine's sampler line), several ms a step. */
-static void cpu_sample(ifl_backend *base, float *logits, int32_t n_seqs, const ifl_sample_req *req,
-                       int32_t *tokens)
-{
-    cpu_backend *be = (cpu_backend *)base;
-    be->s_logits = logits;
-    be->s_req = req;
-    be->s_tokens = tokens;
-    be->s_n = n_seqs;
-    if (n_seqs <= 1)
-        task_sample(be, 0, 1);
-    else
-        ifl_threadpool_run(be->tp, task_sample, be);
 }
 
 static void cpu_free(ifl_backend *base)
@@ -566,7 +503,9 @@ static const ifl_backend_ops cpu_ops = {
     .name = "cpu",
     .free = cpu_free,
     .step = cpu_step,
-    .sample = cpu_sample,
+    .sample = ifl_cpu_sample,
+    .score = ifl_cpu_score,
+    .copy_blocks = ifl_cpu_copy_blocks,
     .describe = cpu_describe,
 };
 
@@ -618,7 +557,7 @@ ifl_backend *ifl_cpu_backend_new(const ifl_model *m, const ifl_backend_params *p
 #endif
     be->kv = kv;
 
-    size_t T = (size_t)p->max_tokens, S = (size_t)p->max_seqs, C = (size_t)be->C;
+    size_t T = (size_t)p->max_tokens, C = (size_t)be->C;
     be->mm_max_k = be->F > be->C ? be->F : be->C;
     be->mm_max_n = be->F > 3 * be->C ? be->F : 3 * be->C;
     be->mm_max_m = 1;
@@ -635,10 +574,10 @@ ifl_backend *ifl_cpu_backend_new(const ifl_model *m, const ifl_backend_params *p
                        T * 3 * C,
                        T * C,
                        T * (size_t)be->F,
-                       S * C,
+                       T * C,
                        n_scores,
                        (size_t)be->nth * be->mm_floats};
-    size_t ints = 3 * T + S;
+    size_t ints = 4 * T;
     size_t total = 0;
     for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++)
         total += (floats[i] + 16) * sizeof(float);
@@ -665,8 +604,8 @@ ifl_backend *ifl_cpu_backend_new(const ifl_model *m, const ifl_backend_params *p
     int32_t *ip = (int32_t *)f;
     be->tok_seq = ip;
     be->tok_pos = ip + T;
-    be->last_tok = ip + 2 * T;
-    be->tile_tok = ip + 2 * T + S;
+    be->row_tok = ip + 2 * T;
+    be->tile_tok = ip + 3 * T;
 
     be->tp = p->pool ? p->pool : ifl_threadpool_new(be->nth);
     if (!be->tp) {

@@ -16,7 +16,12 @@
  * A partial block is never published, and admission always leaves the last prompt token to be
  * computed (its logits are the first prediction). Everything in one pool was computed by one
  * backend with one model and weights format, so the key needs nothing else; the pool's salt
- * (ifl_kv_pool_set_prefix_cache) is folded into the hash all the same. */
+ * (ifl_kv_pool_set_prefix_cache) is folded into the hash all the same.
+ *
+ * Sequences share blocks by reference: a prefix hit, or a fork (several continuations of one
+ * prompt). A block is written only by a sequence that alone holds it and that nobody published;
+ * any other is copied first (ifl_kv_seq_cow), so a published block always holds what its entry
+ * says. */
 #ifndef IFL_KV_H
 #define IFL_KV_H
 
@@ -81,6 +86,9 @@ typedef struct {
     int32_t n_published; /* leading blocks whose entry is known (taken from or put in the cache) */
     int32_t canon;       /* the canonical block of the prefix through n_published, -1 */
     uint32_t canon_gen;  /* its generation then */
+    int32_t n_spare;     /* 1: `spare` is a block held for the copy on write of a shared block
+                            (fork); 0: none (a zeroed sequence is empty and holds none) */
+    int32_t spare;
 } ifl_kv_seq;
 
 /* Grows the sequence's table to cover n_tokens positions. All or nothing: returns -1 (pool
@@ -93,10 +101,47 @@ int ifl_kv_seq_reserve(ifl_kv_seq *s, ifl_kv_pool *p, int32_t n_tokens);
 int ifl_kv_seq_admit(ifl_kv_seq *s, ifl_kv_pool *p, const int32_t *prompt, int32_t n_prompt,
                      int32_t n_tokens, int32_t *cached);
 /* Publishes the sequence's full blocks among its first n_written positions (their KV computed;
- * tokens holds the sequence's tokens): a block whose prefix is already cached is left private. */
+ * tokens holds the sequence's tokens): a block whose prefix is already cached is left private.
+ * After a fork, copy on write or truncation forgot the published prefix it walks again from the
+ * first block with lookups, finding the blocks the sequence holds under their entries (a block
+ * whose entry's parent has gone since is entered afresh). */
 void ifl_kv_seq_publish(ifl_kv_seq *s, ifl_kv_pool *p, const int32_t *tokens, int32_t n_written);
-/* Returns every block of the sequence (published ones nobody else holds go on the LRU list) and
- * empties its table (keeps the allocation). */
+/* Fork: dst (empty) shares src's blocks holding positions [0, n_written) by reference (a partly
+ * filled last one included), and gets fresh blocks of its own for the rest of n_tokens positions
+ * (n_tokens >= n_written). When the last shared block is partly filled, dst and src are each
+ * given a spare block (src keeps one it already has) so that the copy on write of it can never
+ * fail for want of a block. dst takes src's published prefix (n_published, canon) when it lies
+ * within the whole blocks shared, else none. All or nothing: -1 (pool and both sequences
+ * unchanged) when there is not room, or when dst is not empty, n_tokens < n_written or src's
+ * table holds fewer than n_written positions. */
+int ifl_kv_seq_fork(ifl_kv_seq *dst, ifl_kv_seq *src, ifl_kv_pool *p, int32_t n_written,
+                    int32_t n_tokens);
+/* Copy on write, before a step writes positions [pos, pos + n) of s: each block among them that
+ * another sequence holds too, or that is published (its entry would no longer say what it holds),
+ * is replaced in s's table by a private block (the spare, else a free one; the old one is counted
+ * down, onto the LRU list when published and nobody holds it) and the pair is added at
+ * src[*n_copy]/dst[*n_copy] (cap entries in all; *n_copy counts them, so one list can gather the
+ * copies of a whole batch) for the backend to copy before the step (copy_blocks), in list order:
+ * when no block is free, a block an earlier pair copies from (published, now held by nobody) can
+ * be evicted and handed out as a later pair's destination. A block s alone holds and nobody
+ * published is written in place. Once no block s may still write (from the one holding pos on)
+ * is shared, its spare goes back to the pool. Replacing a block of the published prefix forgets
+ * the prefix (ifl_kv_seq_publish walks it again). Returns 0, or -1 when a block is needed and
+ * none is available, cap is reached (s unchanged from that block on) or the positions lie beyond
+ * s's table. */
+int ifl_kv_seq_cow(ifl_kv_seq *s, ifl_kv_pool *p, int32_t pos, int32_t n, int32_t *src,
+                   int32_t *dst, int32_t cap, int32_t *n_copy);
+/* Truncate: s keeps positions [0, n_tokens) of what it has written, and blocks to hold n_keep
+ * positions in all (n_keep >= n_tokens; blocks past that go back to the pool, published ones to
+ * the LRU list). When its published prefix reaches past the whole blocks below n_tokens it is
+ * forgotten (ifl_kv_seq_publish walks it again), so a block cut into is never published again
+ * under its old hash: written again later, it is copied first (ifl_kv_seq_cow) when it is
+ * published or shared. Its spare goes back once no block from the one holding n_tokens on is
+ * shared. Returns 0, or -1 when growing to n_keep fails (s then keeps the blocks it had, cut as
+ * above) or when n_keep < n_tokens or n_tokens lies beyond s's table (nothing changed). */
+int ifl_kv_seq_truncate(ifl_kv_seq *s, ifl_kv_pool *p, int32_t n_tokens, int32_t n_keep);
+/* Returns every block of the sequence and its spare (published ones nobody else holds go on the
+ * LRU list) and empties its table (keeps the allocation). */
 void ifl_kv_seq_release(ifl_kv_seq *s, ifl_kv_pool *p);
 void ifl_kv_seq_free(ifl_kv_seq *s, ifl_kv_pool *p);
 

@@ -18,7 +18,8 @@ int ifl_sampler_init(ifl_sampler *s, int32_t n_vocab, ifl_err *err)
     s->n_vocab = n_vocab;
     s->cand = malloc((size_t)n_vocab * sizeof *s->cand);
     s->tmp = malloc((size_t)n_vocab * sizeof *s->tmp);
-    if (!s->cand || !s->tmp) {
+    s->raw = malloc((size_t)n_vocab * sizeof *s->raw);
+    if (!s->cand || !s->tmp || !s->raw) {
         ifl_sampler_free(s);
         return ifl_err_set(err, "sampler: out of memory for %d candidates", n_vocab);
     }
@@ -29,6 +30,7 @@ void ifl_sampler_free(ifl_sampler *s)
 {
     free(s->cand);
     free(s->tmp);
+    free(s->raw);
     memset(s, 0, sizeof *s);
 }
 

@@ -31,6 +31,8 @@ typedef struct {
     int32_t n_vocab;
     ifl_sample_cand *cand; /* (V) */
     float *tmp;            /* (V) */
+    float *raw; /* (V) a row as the model wrote it, kept while its adjustments change it in place
+                   (backend.h: ifl_backend_draw reads the drawn token's raw logit here) */
 } ifl_sampler;
 
 int ifl_sampler_init(ifl_sampler *s, int32_t n_vocab, ifl_err *err);
