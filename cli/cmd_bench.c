@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "bench_sampling.h"
 #include "cli.h"
 #include "cpu_kernels.h"
 #include "defaults.h"
@@ -73,6 +74,9 @@ typedef struct {
     const int32_t **tables;
     float *logits;
     ifl_sample_req *greedy;
+    ifl_logprob *lp; /* (B) with_lp: each drawn token's entry */
+    int32_t lp_top;  /* with_lp: its best tokens */
+    int with_lp;
     ifl_sampler sampler;
 } decode_run;
 
@@ -91,6 +95,7 @@ static void decode_run_free(decode_run *r)
     free(r->logits);
     free(r->next);
     free(r->greedy);
+    free(r->lp);
     ifl_sampler_free(&r->sampler);
 }
 
@@ -109,11 +114,15 @@ static int decode_run_init(decode_run *r, ifl_backend *be, int32_t B, int32_t to
     r->logits = malloc((size_t)B * c->n_vocab * sizeof *r->logits);
     r->next = malloc((size_t)B * sizeof *r->next);
     r->greedy = calloc((size_t)B, sizeof *r->greedy);
+    r->lp = calloc((size_t)B, sizeof *r->lp);
     if (!r->seqs || !r->tokens || !r->run_start || !r->pos0 || !r->nblk || !r->tables ||
-        !r->logits || !r->next || !r->greedy)
+        !r->logits || !r->next || !r->greedy || !r->lp)
         return ifl_err_set(err, "out of memory");
     for (int32_t s = 0; s < B; s++)
-        r->greedy[s] = (ifl_sample_req){.sampling = {.temperature = 0, .top_p = 1}, .active = 1};
+        r->greedy[s] = (ifl_sample_req){.sampling = {.temperature = 0, .top_p = 1},
+                                        .active = 1,
+                                        .lp = r->with_lp ? &r->lp[s] : NULL,
+                                        .n_top = r->lp_top};
     if (ifl_kv_pool_init(&r->pool, be->params.kv_blocks, be->params.kv_block_size, err) ||
         ifl_sampler_init(&r->sampler, c->n_vocab, err))
         return -1;
@@ -150,10 +159,10 @@ static int decode_run_step(ifl_backend *be, decode_run *r, int32_t s0, int32_t n
 }
 
 static int bench_decode(ifl_backend *be, int32_t B, int32_t steps, slice_probes *sp,
-                        double *sec_per_step, ifl_err *err)
+                        int32_t lp_top, double *sec_per_step, ifl_err *err)
 {
     int32_t warm = 2;
-    decode_run r = {0};
+    decode_run r = {.with_lp = lp_top >= 0, .lp_top = lp_top};
     int rc = -1;
     if (decode_run_init(&r, be, B, BENCH_PROMPT + warm + steps + 1, err))
         goto out;
@@ -185,16 +194,21 @@ out:
     return rc;
 }
 
-/* One timed prefill of P random tokens in chunks of the backend's token budget: *sec. */
-static int bench_prefill(ifl_backend *be, int32_t P, double *sec, ifl_err *err)
+/* One timed prefill of P random tokens in chunks of the backend's token budget: *sec. With
+ * score_top >= 0, as an echo with logprobs asks: every position's row (the lm_head over all of
+ * them) and each scored at the next token with score_top best (ifl_backend_score). */
+static int bench_prefill(ifl_backend *be, int32_t P, int32_t score_top, double *sec, ifl_err *err)
 {
     const ifl_config *c = &be->model->cfg;
     int rc = -1;
     ifl_kv_pool pool = {0};
     ifl_kv_seq seq = {0};
-    int32_t *tokens = malloc((size_t)P * sizeof *tokens);
-    float *logits = malloc((size_t)c->n_vocab * sizeof *logits);
-    if (!tokens || !logits) {
+    int32_t chunk = be->params.max_tokens, rows_max = score_top >= 0 ? chunk : 1;
+    int32_t *tokens = malloc((size_t)(P + 1) * sizeof *tokens);
+    int32_t *row_of = malloc((size_t)chunk * sizeof *row_of);
+    ifl_logprob *lp = score_top >= 0 ? malloc((size_t)chunk * sizeof *lp) : NULL;
+    float *logits = malloc((size_t)rows_max * c->n_vocab * sizeof *logits);
+    if (!tokens || !logits || !row_of || (score_top >= 0 && !lp)) {
         ifl_err_set(err, "out of memory");
         goto out;
     }
@@ -206,12 +220,14 @@ static int bench_prefill(ifl_backend *be, int32_t P, double *sec, ifl_err *err)
     }
     ifl_rng rng;
     ifl_rng_seed(&rng, 7);
-    for (int32_t i = 0; i < P; i++)
+    for (int32_t i = 0; i <= P; i++)
         tokens[i] = (int32_t)(ifl_rng_next(&rng) % (uint64_t)c->n_vocab);
+    for (int32_t i = 0; i < chunk; i++)
+        row_of[i] = i;
     {
         double t0 = ifl_now_s();
         for (int32_t pos = 0; pos < P;) {
-            int32_t len = P - pos < be->params.max_tokens ? P - pos : be->params.max_tokens;
+            int32_t len = P - pos < chunk ? P - pos : chunk;
             int32_t rs[2] = {0, len};
             const int32_t *tables[1] = {seq.blocks};
             ifl_batch b = {.n_seqs = 1,
@@ -220,9 +236,12 @@ static int bench_prefill(ifl_backend *be, int32_t P, double *sec, ifl_err *err)
                            .run_start = rs,
                            .pos0 = &pos,
                            .block_tables = tables,
-                           .n_blocks = &seq.n_blocks};
+                           .n_blocks = &seq.n_blocks,
+                           .n_rows = score_top >= 0 ? &len : NULL};
             if (ifl_backend_step(be, &b, logits, err))
                 goto out;
+            if (score_top >= 0) /* row k predicts token pos + k + 1 */
+                ifl_backend_score(be, logits, len, row_of, tokens + pos + 1, score_top, lp);
             pos += len;
         }
         *sec = ifl_now_s() - t0;
@@ -232,6 +251,8 @@ out:
     ifl_kv_seq_free(&seq, &pool);
     ifl_kv_pool_free(&pool);
     free(tokens);
+    free(row_of);
+    free(lp);
     free(logits);
     return rc;
 }
@@ -287,145 +308,6 @@ static double compute_peak(const ifl_runtime *rt)
     return peak;
 }
 
-/* The sampler alone over one row of V logits (normal, sd 3, like a trained model's spread): mean
- * microseconds per draw for greedy, top-k 40, top-p 0.95, and both (temperature 0.8), printed. */
-static int bench_sampler(int32_t V, ifl_err *err)
-{
-    static const struct {
-        const char *name;
-        ifl_sampling p;
-    } modes[] = {{"greedy", {.temperature = 0, .top_p = 1}},
-                 {"top-k 40", {.temperature = 0.8f, .top_k = 40, .top_p = 1}},
-                 {"top-p 0.95", {.temperature = 0.8f, .top_p = 0.95f}},
-                 {"top-k 40 + top-p 0.95", {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f}}};
-    float *logits = malloc((size_t)V * sizeof *logits);
-    ifl_sampler smp = {0};
-    if (!logits || ifl_sampler_init(&smp, V, err)) {
-        free(logits);
-        return logits ? -1 : ifl_err_set(err, "out of memory");
-    }
-    ifl_rng rng;
-    ifl_rng_seed(&rng, 7);
-    for (int32_t i = 0; i < V; i++)
-        logits[i] = (float)(3.0 * ifl_rng_normal(&rng));
-    printf("  sampler over %d logits (us per draw):", V);
-    for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
-        const int reps = 200;
-        double t = ifl_now_s();
-        for (int r = 0; r < reps; r++) /* another translation unit: not optimised away */
-            (void)ifl_sample_u(&smp, logits, &modes[m].p, (r + 0.5) / reps);
-        t = ifl_now_s() - t;
-        printf("%s %s %.1f", m ? "," : "", modes[m].name, t / reps * 1e6);
-    }
-    printf("\n");
-    ifl_sampler_free(&smp);
-    free(logits);
-    return 0;
-}
-
-/* One decode step's sampling at batch BATCH_CTL, on one thread (the CPU backend spreads rows over
- * its pool), with the controls off and with every control on as a chat request has them: a
- * 500-token prompt and 250 generated tokens seen (repetition, presence and frequency penalties),
- * 50 logit_bias entries, 3 bans, min_p 0.05; top_k 50 and top_p 0.9 in both. The penalties touch
- * only the seen ids, so the two should be within ~10%. Steps alternate off / on; the medians. */
-#define BATCH_CTL 64
-#define CTL_REPS 15
-typedef struct {
-    ifl_seen seen;
-    ifl_logit_bias bias[50];
-    int32_t ban[3];
-    ifl_logit_adj adj;
-    ifl_logit_op ops[50 + 750 + 3]; /* what the adjustments touch: restored after each step */
-    int32_t n_ops;
-} ctl_row;
-
-static int ctl_rows_init(ctl_row *c, int32_t V, ifl_rng *rng, ifl_err *err)
-{
-    for (int s = 0; s < BATCH_CTL; s++) {
-        ctl_row *r = &c[s];
-        if (ifl_seen_init(&r->seen, 750, err))
-            return -1;
-        for (int i = 0; i < 750; i++)
-            ifl_seen_add(&r->seen, (int32_t)(ifl_rng_next(rng) % (uint64_t)V), i >= 500);
-        for (int i = 0; i < 50; i++)
-            r->bias[i] = (ifl_logit_bias){(int32_t)((i * 1009 + s) % V), (float)(i % 9) - 4.0f};
-        for (int i = 0; i < 3; i++)
-            r->ban[i] = (int32_t)(ifl_rng_next(rng) % (uint64_t)V);
-        r->adj = (ifl_logit_adj){.pen = {.repetition = 1.1f, .presence = 0.5f, .frequency = 0.3f},
-                                 .seen = &r->seen,
-                                 .bias = r->bias,
-                                 .n_bias = 50,
-                                 .ban = r->ban,
-                                 .n_ban = 3};
-        r->n_ops = ifl_logit_adj_ops(&r->adj, r->ops);
-    }
-    return 0;
-}
-
-/* Seconds of one step's draws over rows (BATCH_CTL x V, restored from clean afterwards). */
-static double ctl_step(ifl_sampler *smp, float *rows, const float *clean, int32_t V,
-                       const ifl_sampling *p, const ctl_row *c, int rep)
-{
-    double t = ifl_now_s();
-    for (int s = 0; s < BATCH_CTL; s++) {
-        ifl_sample_req q = {.sampling = *p,
-                            .seed = (uint64_t)s,
-                            .draw = (uint64_t)rep,
-                            .active = 1,
-                            .adj = c ? &c[s].adj : NULL};
-        (void)ifl_backend_draw(smp, rows + (size_t)s * V, &q);
-    }
-    t = ifl_now_s() - t;
-    for (int s = 0; c && s < BATCH_CTL; s++)
-        for (int32_t i = 0; i < c[s].n_ops; i++) {
-            size_t at = (size_t)s * V + (size_t)c[s].ops[i].id;
-            rows[at] = clean[at];
-        }
-    return t;
-}
-
-static int bench_sampler_controls(int32_t V, ifl_err *err)
-{
-    size_t n = (size_t)BATCH_CTL * V;
-    float *rows = malloc(n * sizeof *rows), *clean = malloc(n * sizeof *clean);
-    ctl_row *c = calloc(BATCH_CTL, sizeof *c);
-    ifl_sampler smp = {0};
-    ifl_rng rng;
-    ifl_rng_seed(&rng, 11);
-    int rc = -1;
-    if (!rows || !clean || !c) {
-        ifl_err_set(err, "out of memory for %d rows of %d logits", BATCH_CTL, V);
-        goto out;
-    }
-    if (ifl_sampler_init(&smp, V, err) || ctl_rows_init(c, V, &rng, err))
-        goto out;
-    for (size_t i = 0; i < n; i++)
-        clean[i] = rows[i] = (float)(3.0 * ifl_rng_normal(&rng));
-    const ifl_sampling off = {.temperature = 0.8f, .top_k = 50, .top_p = 0.9f},
-                       on = {.temperature = 0.8f, .top_k = 50, .top_p = 0.9f, .min_p = 0.05f};
-    double t_off[CTL_REPS], t_on[CTL_REPS];
-    for (int r = 0; r < CTL_REPS; r++) {
-        t_off[r] = ctl_step(&smp, rows, clean, V, &off, NULL, r);
-        t_on[r] = ctl_step(&smp, rows, clean, V, &on, c, r);
-    }
-    qsort(t_off, CTL_REPS, sizeof *t_off, cmp_double);
-    qsort(t_on, CTL_REPS, sizeof *t_on, cmp_double);
-    double m_off = t_off[CTL_REPS / 2] * 1e6, m_on = t_on[CTL_REPS / 2] * 1e6;
-    printf("  sampling a batch-%d step on one thread (top_k 50, top_p 0.9; us per step): controls "
-           "off %.0f, every control on %.0f (500 + 250 seen, 50 logit_bias, 3 bans, all penalties, "
-           "min_p 0.05): ratio %.3f\n",
-           BATCH_CTL, m_off, m_on, m_on / m_off);
-    rc = 0;
-out:
-    for (int s = 0; c && s < BATCH_CTL; s++)
-        ifl_seen_free(&c[s].seen);
-    ifl_sampler_free(&smp);
-    free(c);
-    free(rows);
-    free(clean);
-    return rc;
-}
-
 /* The CPU's read bandwidth and FMA peak now, measured quietly (no line printed): the probes
  * each prefill round runs just before its steps. 0 on the GPU. */
 static void probe_now(const ifl_runtime *rt, double *gbs, double *peak)
@@ -472,7 +354,7 @@ static int bench_batch(const ifl_runtime *rt, int32_t B, int32_t st, int32_t rou
     for (int32_t r = 0; r < rounds && !rc; r++) {
         sp.floor_s = sp.peak_s = 0;
         double sps;
-        if ((rc = bench_decode(rt->be[0], B, st, cpu ? &sp : NULL, &sps, err)))
+        if ((rc = bench_decode(rt->be[0], B, st, cpu ? &sp : NULL, -1, &sps, err)))
             break;
         double floor_s = cpu ? sp.floor_s / st : cuda_gbs > 0 ? bytes / (cuda_gbs * 1e9) : 0;
         v[r] = sps;
@@ -512,7 +394,7 @@ static int bench_prefill_rounds(const ifl_runtime *rt, int32_t P, int32_t rounds
         double gbs, peak = 0;
         if (rt->device != IFL_DEVICE_CUDA)
             probe_now(rt, &gbs, &peak);
-        if (bench_prefill(rt->be[0], P, &v[r], err)) {
+        if (bench_prefill(rt->be[0], P, -1, &v[r], err)) {
             free(v);
             return -1;
         }
@@ -525,6 +407,38 @@ static int bench_prefill_rounds(const ifl_runtime *rt, int32_t P, int32_t rounds
            rounds > 1 && rt->device != IFL_DEVICE_CUDA ? "; each round after its own probes" : "");
     free(v);
     return 0;
+}
+
+/* What scoring costs, side by side: decode steps at batch B with each drawn token's logprob entry
+ * (5 best, ifl_sample_req.lp) against the same steps without, and a P-token prefill with every
+ * position's row scored (an echo with logprobs 1: the lm_head over all rows and their log-softmax)
+ * against the plain prefill (one row). Rounds alternate plain / scored; the medians and ratios. */
+static int bench_scoring(const ifl_runtime *rt, int32_t B, int32_t P, int32_t rounds, ifl_err *err)
+{
+    double *v = calloc((size_t)rounds * 4, sizeof *v); /* decode off, on, prefill off, on */
+    if (!v)
+        return ifl_err_set(err, "out of memory");
+    int rc = 0;
+    for (int32_t r = 0; r < rounds && !rc; r++)
+        rc = bench_decode(rt->be[0], B, 16, NULL, -1, &v[r], err) ||
+             bench_decode(rt->be[0], B, 16, NULL, 5, &v[rounds + r], err) ||
+             (P > 0 && (bench_prefill(rt->be[0], P, -1, &v[2 * rounds + r], err) ||
+                        bench_prefill(rt->be[0], P, 1, &v[3 * rounds + r], err)));
+    if (!rc) {
+        double d0 = median_of(v, rounds), d1 = median_of(v + rounds, rounds);
+        printf("  logprobs: decode batch %d %.2f ms/step plain, %.2f with each token's logprob and "
+               "5 best: ratio %.3f (median of %d, alternated)\n",
+               B, d0 * 1e3, d1 * 1e3, d1 / d0, rounds);
+        if (P > 0) {
+            double p0 = median_of(v + 2 * rounds, rounds), p1 = median_of(v + 3 * rounds, rounds);
+            printf("  logprobs: prefill %d tokens %.3f s plain, %.3f s with every position scored "
+                   "(echo, logprobs 1): ratio %.3f\n",
+                   P, p0, p1, p1 / p0);
+        }
+        fflush(stdout);
+    }
+    free(v);
+    return rc ? -1 : 0;
 }
 
 /* The measurements of bench --engine, on a started engine (one backend). */
@@ -552,6 +466,12 @@ static int bench_engine_run(const ifl_runtime *rt, const char *dir, const int32_
     }
     if (prefill > 0 && bench_prefill_rounds(rt, prefill, repeat, &err)) {
         fprintf(stderr, "inflight bench: prefill: %s\n", err.msg);
+        return 1;
+    }
+    int32_t score_b = batches[n_batches - 1] < rt->be[0]->params.max_seqs
+                          ? batches[n_batches - 1] : rt->be[0]->params.max_seqs;
+    if (bench_scoring(rt, score_b, prefill, repeat > 3 ? repeat : 3, &err)) {
+        fprintf(stderr, "inflight bench: scoring: %s\n", err.msg);
         return 1;
     }
     return 0;

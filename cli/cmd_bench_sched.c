@@ -28,6 +28,8 @@ static const char *const USAGE =
     "--help)\n"
     "       inflight bench --turns[=T] [options] (multi-turn conversations, the prefix cache on\n"
     "                                           and off: see inflight bench --turns --help)\n"
+    "       inflight bench --choices[=N] [options] (n choices of one prompt against one: see\n"
+    "                                           inflight bench --choices --help)\n"
     "       inflight bench --db-writer [options] (the request log's writer: see inflight bench\n"
     "                                           --db-writer --help)\n"
     "\n"
@@ -531,6 +533,8 @@ int cmd_bench_scheduler(int argc, char **argv)
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--turns") || !strncmp(argv[i], "--turns=", 8))
             return cmd_bench_turns(argc, argv);
+        else if (!strcmp(argv[i], "--choices") || !strncmp(argv[i], "--choices=", 10))
+            return cmd_bench_choices(argc, argv);
     bench_opts o = {.cfg = {.max_tokens = 32,
                             .seed = 1,
                             .max_batch = IFL_DEFAULT_MAX_BATCH,

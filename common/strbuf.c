@@ -48,7 +48,8 @@ void sb_append(strbuf *sb, const char *s, size_t n)
 {
     if (sb_reserve(sb, n))
         return;
-    memcpy(sb->buf + sb->pre + sb->len, s, n);
+    if (n) /* s may be NULL with n 0 (an empty strbuf's text) */
+        memcpy(sb->buf + sb->pre + sb->len, s, n);
     sb->len += n;
     sb->buf[sb->pre + sb->len] = 0;
 }

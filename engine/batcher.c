@@ -210,8 +210,20 @@ static ifl_submit_status check_request(const ifl_batcher *b, const ifl_request_p
         ifl_err_set(err, "the prompt is empty (it needs at least one token)");
         return IFL_SUBMIT_INVALID;
     }
-    if (p->max_tokens < 1) {
-        ifl_err_set(err, "max_tokens %d must be at least 1", p->max_tokens);
+    if (p->max_tokens < (p->prompt_logprobs ? 0 : 1)) {
+        ifl_err_set(err, "max_tokens %d must be at least %d", p->max_tokens,
+                    p->prompt_logprobs ? 0 : 1);
+        return IFL_SUBMIT_INVALID;
+    }
+    if (p->n_choices < 0 || p->n_choices > IFL_MAX_CHOICES || p->n_choices > b->p.max_batch) {
+        ifl_err_set(err, "n_choices %d must be 1 to %d (the batch holds %d sequences)",
+                    p->n_choices, IFL_MAX_CHOICES < b->p.max_batch ? IFL_MAX_CHOICES :
+                    b->p.max_batch, b->p.max_batch);
+        return IFL_SUBMIT_INVALID;
+    }
+    if (p->top_logprobs < 0 || p->top_logprobs > IFL_MAX_TOP_LOGPROBS) {
+        ifl_err_set(err, "top_logprobs %d must be 0 to %d", p->top_logprobs,
+                    IFL_MAX_TOP_LOGPROBS);
         return IFL_SUBMIT_INVALID;
     }
     if ((int64_t)p->n_prompt + p->max_tokens > c->n_ctx) {
@@ -221,12 +233,16 @@ static ifl_submit_status check_request(const ifl_batcher *b, const ifl_request_p
                     p->n_prompt, p->max_tokens, (long long)p->n_prompt + p->max_tokens, c->n_ctx);
         return IFL_SUBMIT_TOO_LONG;
     }
-    int64_t blocks =
-        ((int64_t)p->n_prompt + p->max_tokens + bp->kv_block_size - 1) / bp->kv_block_size;
+    /* n choices share the prompt's blocks and hold the rest (and a spare each) on their own */
+    int64_t bs = bp->kv_block_size, n_ch = p->n_choices > 1 ? p->n_choices : 1;
+    int64_t whole = ((int64_t)p->n_prompt + p->max_tokens + bs - 1) / bs;
+    int64_t own = whole - p->n_prompt / bs; /* the rest, with the copy of a partial block */
+    int64_t blocks = whole + (n_ch - 1) * own + (n_ch > 1 && p->n_prompt % bs ? 1 : 0);
     if (blocks > bp->kv_blocks) {
         ifl_err_set(err,
-                    "prompt of %d tokens + max_tokens %d needs %lld KV blocks; the pool has %d",
-                    p->n_prompt, p->max_tokens, (long long)blocks, bp->kv_blocks);
+                    "prompt of %d tokens + max_tokens %d (%lld choices) needs %lld KV blocks; the "
+                    "pool has %d",
+                    p->n_prompt, p->max_tokens, (long long)n_ch, (long long)blocks, bp->kv_blocks);
         return IFL_SUBMIT_TOO_LONG;
     }
     if (ifl_sampling_validate(&p->sampling, err))
@@ -292,8 +308,8 @@ static int req_copy_controls(const ifl_batcher *b, req *r, const ifl_request_par
     return 0;
 }
 
-/* The batcher's copy of a checked request; NULL when out of memory. */
-static req *req_copy(const ifl_batcher *b, const ifl_request_params *p)
+/* The batcher's copy of a checked request (one choice of it); NULL when out of memory. */
+req *batcher_req_copy(const ifl_batcher *b, const ifl_request_params *p)
 {
     req *r = calloc(1, sizeof *r);
     /* room for the generated tokens too: the prefix cache publishes their blocks */
@@ -318,6 +334,10 @@ static req *req_copy(const ifl_batcher *b, const ifl_request_params *p)
         memcpy(r->stop[i], p->stop[i], r->stop_len[i] + 1);
     }
     ifl_utf8_stream_init(&r->utf8, IFL_UTF8_REPLACE);
+    r->logprobs = p->logprobs != 0;
+    r->prompt_logprobs = p->prompt_logprobs != 0;
+    r->top_logprobs = p->top_logprobs;
+    r->n_choices = p->n_choices > 1 ? p->n_choices : 1;
     if (req_copy_controls(b, r, p)) {
         batcher_req_free(r);
         return NULL;
@@ -334,7 +354,7 @@ ifl_submit_status ifl_batcher_submit(ifl_batcher *b, const ifl_request_params *p
     ifl_submit_status st = check_request(b, p, err);
     if (st != IFL_SUBMIT_OK)
         return st;
-    req *r = req_copy(b, p);
+    req *r = batcher_req_group(b, p);
     if (!r) {
         ifl_err_set(err, "out of memory for a request of %d prompt tokens", p->n_prompt);
         return IFL_SUBMIT_NO_MEMORY;
@@ -349,6 +369,10 @@ ifl_submit_status ifl_batcher_submit(ifl_batcher *b, const ifl_request_params *p
     } else {
         r->id = atomic_fetch_add(&next_request_id, 1);
         r->t_queued = ifl_now_us();
+        for (req *c = r->children; c; c = c->next_choice) { /* one request, n choices */
+            c->id = r->id;
+            c->t_queued = r->t_queued;
+        }
         if (enqueue(b, r)) {
             st = IFL_SUBMIT_NO_MEMORY;
             ifl_err_set(err, "out of memory for the %s queue", ifl_batcher_name(b));
@@ -361,7 +385,7 @@ ifl_submit_status ifl_batcher_submit(ifl_batcher *b, const ifl_request_params *p
     }
     pthread_mutex_unlock(&b->lock);
     if (st != IFL_SUBMIT_OK)
-        batcher_req_free(r);
+        batcher_req_free_group(r);
     if (retry_after_ms)
         *retry_after_ms = retry;
     return st;
@@ -374,6 +398,7 @@ void batcher_emit_done(ifl_batcher *b, req *r, ifl_finish f, const char *message
                     .request_id = r->id,
                     .session = r->session,
                     .user = r->user,
+                    .choice = r->choice,
                     .finish = f,
                     .prompt_tokens = r->n_prompt,
                     .completion_tokens = r->n_generated,
@@ -412,8 +437,8 @@ static int cancel_where(ifl_batcher *b, uint64_t id, uint64_t session, int by_se
         int32_t before = b->n_sq;
         unqueue(b, hit);
         /* never started: no other event races */
-        batcher_emit_done(b, hit, IFL_FINISH_CANCELLED, NULL);
-        batcher_req_free(hit);
+        batcher_emit_done_group(b, hit, IFL_FINISH_CANCELLED, NULL);
+        batcher_req_free_group(hit);
         found++;
         if (b->n_sq == before)
             continue; /* the session queue still exists: look at it again */
@@ -475,6 +500,15 @@ static void batcher_free(ifl_batcher *b)
     free(b->logits);
     free(b->sreq);
     free(b->next_tok);
+    free(b->draw_row);
+    free(b->n_rows);
+    free(b->first_row);
+    free(b->tok_lp);
+    free(b->prompt_lp);
+    free(b->score_row);
+    free(b->score_tok);
+    free(b->cow_src);
+    free(b->cow_dst);
     free(b->tokens);
     free(b->run_start);
     free(b->pos0);
@@ -510,8 +544,18 @@ static int alloc_buffers(ifl_batcher *b, ifl_err *err)
     b->cancelled = calloc((size_t)S, sizeof *b->cancelled);
     b->pos_cursor = calloc((size_t)b->p.max_queue, sizeof *b->pos_cursor);
     b->logits = malloc((size_t)S * V * sizeof *b->logits);
-    b->sreq = calloc((size_t)S, sizeof *b->sreq);
-    b->next_tok = malloc((size_t)S * sizeof *b->next_tok);
+    b->logits_rows = S;
+    b->sreq = calloc(2 * (size_t)S, sizeof *b->sreq);
+    b->next_tok = malloc(2 * (size_t)S * sizeof *b->next_tok);
+    b->draw_row = malloc(2 * (size_t)S * sizeof *b->draw_row);
+    b->n_rows = malloc((size_t)S * sizeof *b->n_rows);
+    b->first_row = malloc((size_t)S * sizeof *b->first_row);
+    b->tok_lp = malloc(2 * (size_t)S * sizeof *b->tok_lp);
+    b->prompt_lp = malloc((size_t)T * sizeof *b->prompt_lp);
+    b->score_row = malloc((size_t)T * sizeof *b->score_row);
+    b->score_tok = malloc((size_t)T * sizeof *b->score_tok);
+    b->cow_src = malloc((size_t)S * sizeof *b->cow_src);
+    b->cow_dst = malloc((size_t)S * sizeof *b->cow_dst);
     b->tokens = malloc((size_t)T * sizeof *b->tokens);
     b->run_start = malloc((size_t)(S + 1) * sizeof *b->run_start);
     b->pos0 = malloc((size_t)S * sizeof *b->pos0);
@@ -530,7 +574,9 @@ static int alloc_buffers(ifl_batcher *b, ifl_err *err)
     b->text = malloc(b->text_cap);
     if (!b->running || !b->in_step || !b->step_reqs || !b->cancelled || !b->pos_cursor ||
         !b->logits || !b->sreq || !b->next_tok || !b->tokens || !b->run_start || !b->pos0 ||
-        !b->nblk || !b->tables || !b->step_ids || !b->step_prefill || !b->step_cached || !b->text)
+        !b->nblk || !b->tables || !b->step_ids || !b->step_prefill || !b->step_cached ||
+        !b->text || !b->draw_row || !b->n_rows || !b->first_row || !b->tok_lp || !b->prompt_lp ||
+        !b->score_row || !b->score_tok || !b->cow_src || !b->cow_dst)
         return ifl_err_set(err, "batcher: out of memory for %d sequences of %d tokens per step", S,
                            T);
     return 0;

@@ -46,6 +46,7 @@
 #include "backend.h"
 #include "error.h"
 #include "logit_adj.h"
+#include "logprobs.h"
 #include "sampler.h"
 #include "tokenizer.h"
 
@@ -79,12 +80,20 @@ const char *ifl_submit_status_name(ifl_submit_status s);
 
 #define IFL_MAX_STOPS 4
 #define IFL_MAX_STOP_BYTES 64
+#define IFL_MAX_CHOICES 16 /* n: choices of one prompt (OpenAI's n) */
+
+/* The Philox stream of choice `choice` of a request seeded `seed`: choice 0 is the seed itself (n
+ * = 1 draws what it always drew), choice i of any n the same for one seed. */
+static inline uint64_t ifl_choice_seed(uint64_t seed, int32_t choice)
+{
+    return choice ? seed + (uint64_t)choice * 0x9e3779b97f4a7c15ull : seed;
+}
 
 typedef struct {
     uint64_t session;      /* owner: fairness and cancel-all */
     const int32_t *prompt; /* token ids (copied) */
     int32_t n_prompt;
-    int32_t max_tokens; /* >= 1 */
+    int32_t max_tokens; /* >= 1; 0 only with prompt_logprobs (the prompt is scored alone) */
     ifl_sampling sampling;
     uint64_t seed;
     int ignore_eos;
@@ -106,13 +115,24 @@ typedef struct {
     int32_t n_logit_bias; /* copied; <= IFL_MAX_LOGIT_BIAS; ids in [0, V); bias in [-100, 100];
                              one entry per id */
     const ifl_logit_bias *logit_bias;
+    /* Scoring and several samples (logprobs.h). Zero: off. */
+    int32_t n_choices; /* 0 or 1: one; 2 .. IFL_MAX_CHOICES (and <= max_batch): choices of the
+                          prompt, prefilled once and forked (kv.h); choice i draws from
+                          ifl_choice_seed(seed, i); each counts as a running sequence */
+    int logprobs;          /* 1: every token event carries its token's logprob entry */
+    int prompt_logprobs;   /* 1: prompt events score every prompt token after the first (the
+                              prompt is then computed whole: no prefix cache lookup) */
+    int32_t top_logprobs;  /* 0 .. IFL_MAX_TOP_LOGPROBS best tokens in each entry */
 } ifl_request_params;
 
 typedef enum {
     IFL_EV_QUEUED = 0,  /* position: 1 = next to be admitted (sent again when it changes) */
     IFL_EV_STARTED = 1, /* admitted: KV reserved, prefill begins */
-    IFL_EV_TOKEN = 2,   /* one per generated token */
-    IFL_EV_DONE = 3,    /* last event of a request */
+    IFL_EV_TOKEN = 2,   /* one per generated token (of each choice) */
+    IFL_EV_DONE = 3,    /* last event of a choice: a request has n_choices of them */
+    IFL_EV_PROMPT = 4,  /* prompt_logprobs: entries for prompt positions [index, index + n_lp),
+                           after started and before any token, in position order (one event per
+                           prefill chunk); position 0 has none (no token predicts it) */
 } ifl_event_type;
 
 typedef struct {
@@ -121,13 +141,17 @@ typedef struct {
     uint64_t session;
     void *user;
     int32_t position; /* QUEUED */
-    int32_t index;    /* TOKEN: 0, 1, ... */
+    int32_t index;    /* TOKEN: 0, 1, ... of its choice; PROMPT: the first position */
+    int32_t choice;   /* TOKEN, DONE: 0 .. n_choices - 1 */
     int32_t token;    /* TOKEN: the id */
+    const ifl_logprob *lp; /* TOKEN with logprobs: the token's entry; PROMPT: n_lp entries; else
+                              NULL. Valid during the callback */
+    int32_t n_lp;          /* PROMPT */
     const char *text; /* TOKEN: newly released text, valid UTF-8 (may be empty). The
                          concatenation of a request's token texts is its completion. */
     size_t text_len;
     ifl_finish finish;                        /* DONE */
-    int32_t prompt_tokens, completion_tokens; /* DONE */
+    int32_t prompt_tokens, completion_tokens; /* DONE (completion: of its choice) */
     int32_t cached_tokens; /* STARTED, DONE: prompt tokens found in the prefix cache */
     /* DONE: monotonic microseconds (ifl_now_us); 0 when the stage was never reached */
     uint64_t t_queued, t_admitted, t_first_token, t_finished;

@@ -42,6 +42,14 @@ typedef struct req {
     ifl_logit_bias *bias; /* (adj.n_bias) the copy of logit_bias, or NULL */
     ifl_seen seen;        /* the prompt (with repetition) and generated tokens, with penalties */
     ifl_logit_adj adj;    /* the row's adjustments; n_ban set for each step (batcher_loop.c) */
+    /* scoring and choices (batcher_choices.c) */
+    int logprobs, prompt_logprobs;
+    int32_t top_logprobs;
+    int32_t choice;        /* 0 .. n_choices - 1 */
+    int32_t n_choices;     /* of its request (the same in every choice) */
+    struct req *children;  /* choice 0: choices 1.. (linked by next_choice), owned by it from
+                              submission until its prompt is computed; then they run on their own */
+    struct req *next_choice;
     uint64_t t_queued, t_admitted, t_first, t_finished;
     struct req *next; /* {lock} in its session's FIFO while waiting */
     int32_t position; /* {lock} last published queue position */
@@ -78,6 +86,7 @@ struct ifl_batcher {
     int32_t n_waiting;
     req **running; /* admitted, in admission order (max_batch) */
     int32_t n_running;
+    int32_t n_pending_choices; /* batch slots held by admitted choices waiting for their prompt */
     int32_t n_finishing; /* off the running list, done event not yet out */
     int stopping;
     int positions_dirty;
@@ -88,9 +97,17 @@ struct ifl_batcher {
     /* batcher thread only */
     ifl_kv_pool pool;
     ifl_sampler sampler;
-    float *logits; /* (max_batch, V), for backends that do not sample on the device */
-    ifl_sample_req *sreq;
-    int32_t *next_tok;
+    float *logits; /* (logits_rows, V), for steps drawn or scored on the host (grown as needed) */
+    int32_t logits_rows;
+    ifl_sample_req *sreq; /* (2 max_batch) a run's draw, then the first draws of new choices */
+    int32_t *next_tok;    /* (2 max_batch) */
+    int32_t *draw_row;    /* (2 max_batch) the logits row of each draw */
+    int32_t *n_rows;      /* (max_batch) rows each run asks of the step */
+    int32_t *first_row;   /* (max_batch) its first row */
+    ifl_logprob *tok_lp;  /* (2 max_batch) the drawn tokens' entries */
+    ifl_logprob *prompt_lp; /* (step_tokens) the prompt positions scored this step */
+    int32_t *score_row, *score_tok; /* (step_tokens) */
+    int32_t *cow_src, *cow_dst;     /* (max_batch) copy-on-write pairs of the step */
     int32_t *tokens, *run_start, *pos0, *nblk;
     const int32_t **tables;
     req **in_step;   /* (max_batch) the running list as this step saw it */
@@ -110,6 +127,8 @@ void batcher_emit(ifl_batcher *b, const ifl_event *ev);
 /* The done event of r (times, token counts, the finish reason and its message). */
 void batcher_emit_done(ifl_batcher *b, req *r, ifl_finish f, const char *message);
 void batcher_req_free(req *r);
+/* The batcher's copy of a checked request (one choice of it); NULL when out of memory. */
+req *batcher_req_copy(const ifl_batcher *b, const ifl_request_params *p);
 /* {lock} The request admitted next in round-robin order, or NULL when none waits; it stays in the
  * queue until batcher_pop_next removes it. */
 req *batcher_peek_next(ifl_batcher *b);
@@ -134,6 +153,32 @@ void batcher_shares_begin(ifl_batcher *b);
 req *batcher_choose_next(ifl_batcher *b);
 /* After an admission (the request already off the queue): the interval measured for retry_after. */
 void batcher_note_admission(ifl_batcher *b, uint64_t now_us);
+
+/* ---- batcher_choices.c: several choices of one prompt, and scoring ------------------------- */
+
+/* The request and its choices from p (checked): choice 0 with the others on its children list,
+ * each with its own stream (ifl_choice_seed). NULL when out of memory. */
+req *batcher_req_group(const ifl_batcher *b, const ifl_request_params *p);
+/* Frees a request and the choices it still owns. */
+void batcher_req_free_group(req *r);
+/* Every choice of a request that never ran ends with f (their done events, choice by choice). */
+void batcher_emit_done_group(ifl_batcher *b, req *r, ifl_finish f, const char *message);
+/* Admission of r's KV and of its choices' forks: all or nothing (-1, pool unchanged). */
+int batcher_admit_kv(ifl_batcher *b, req *r);
+/* The choices' first draws when r's prompt ends in this step: for each pending choice a copy of
+ * r's row `row` at row (*free_row)++ of the logits (room made by the caller) and its sample
+ * request at sreq[n_draw ..]. Returns the new n_draw. */
+int32_t batcher_add_choice_draws(ifl_batcher *b, req *r, int32_t row, int32_t n_draw,
+                                 int32_t *free_row);
+/* How many choices r still holds (pending its prompt). */
+int32_t batcher_count_choices(const req *r);
+/* r's prompt is computed: its pending choices join the running list (their prompt done, their
+ * slots no longer pending). Returns the first (follow next_choice); r holds none after. */
+req *batcher_take_choices(ifl_batcher *b, req *r);
+/* r ends before its prompt was computed: its pending choices end with it (KV back, done events). */
+void batcher_end_pending_choices(ifl_batcher *b, req *r, ifl_finish f, const char *message);
+/* Rows of logits the step's host buffer must hold: grows b->logits; -1 when out of memory. */
+int batcher_logits_room(ifl_batcher *b, int32_t rows);
 
 /* The thread's body (batcher_loop.c), started by ifl_batcher_start. */
 void *batcher_main(void *arg);

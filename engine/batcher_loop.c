@@ -83,7 +83,7 @@ static int is_stop_id(const req *r, int32_t tok)
  * end with an error (a token whose text is lost would leave a hole in the completion). EOS and a
  * stop id release no text of their own. Before min_tokens tokens stop strings are not looked for
  * and the text goes out as it comes, so one counts only in text of tokens from min_tokens on. */
-static int take_token(ifl_batcher *b, req *r, int32_t tok)
+static int take_token(ifl_batcher *b, req *r, int32_t tok, const ifl_logprob *lp)
 {
     r->prompt[r->n_prompt + r->n_generated] = tok; /* (room for max_tokens: batcher.c) */
     r->n_generated++;
@@ -124,7 +124,9 @@ static int take_token(ifl_batcher *b, req *r, int32_t tok)
                     .session = r->session,
                     .user = r->user,
                     .index = r->n_generated - 1,
+                    .choice = r->choice,
                     .token = tok,
+                    .lp = r->logprobs ? lp : NULL,
                     .text = r->held ? r->held : "",
                     .text_len = release};
     batcher_emit(b, &ev);
@@ -138,7 +140,9 @@ static int take_token(ifl_batcher *b, req *r, int32_t tok)
  * (the last one drawn is not yet). Valid between steps, after the step's take_token. */
 static int32_t kv_written(const req *r)
 {
-    return r->n_done < r->n_prompt ? r->n_done : r->n_prompt + r->n_generated - 1;
+    if (r->n_done < r->n_prompt)
+        return r->n_done;
+    return r->n_prompt + (r->n_generated > 0 ? r->n_generated - 1 : 0);
 }
 
 /* {lock} The KV pool's figures in the stats. */
@@ -169,6 +173,7 @@ static void finish_running(ifl_batcher *b, req *r, ifl_finish f, const char *mes
         }
     b->n_finishing++;
     pthread_mutex_unlock(&b->lock);
+    batcher_end_pending_choices(b, r, f, message); /* its prompt never ended: they never ran */
     /* the KV blocks go back before the done event, so whoever sees the done and then the stats
      * (a client reading /metrics) finds them free */
     if (f != IFL_FINISH_ERROR)
@@ -199,15 +204,17 @@ static int32_t admit(ifl_batcher *b, int32_t budget_left)
     int32_t n = 0;
     if (b->n_waiting > 0)
         batcher_shares_begin(b);
-    while (b->n_running < b->p.max_batch && b->n_waiting > 0) {
+    while (b->n_running + b->n_pending_choices < b->p.max_batch && b->n_waiting > 0) {
         if (b->p.policy == IFL_POLICY_ITERATIVE && budget_left <= 0)
             break;
         req *r = batcher_choose_next(b);
-        if (ifl_kv_seq_admit(&r->kv, &b->pool, r->prompt, r->n_prompt, r->n_prompt + r->max_tokens,
-                             &r->n_cached))
+        if (b->n_running + b->n_pending_choices + r->n_choices > b->p.max_batch)
+            break; /* its choices need more slots than are free: it stays first in line */
+        if (batcher_admit_kv(b, r))
             break; /* no KV now: it stays first in line */
         r->n_done = r->n_cached;
-        b->sq[b->rr].running++;
+        b->sq[b->rr].running += r->n_choices;
+        b->n_pending_choices += r->n_choices - 1;
         batcher_pop_next(b);
         r->t_admitted = ifl_now_us();
         batcher_note_admission(b, r->t_admitted);
@@ -228,6 +235,10 @@ static int32_t admit(ifl_batcher *b, int32_t budget_left)
 typedef struct {
     int32_t n_seqs, n_tokens;
     int32_t prefill_tokens, decode_tokens;
+    int32_t n_rows;     /* logits rows the runs ask for */
+    int32_t new_draws;  /* first draws of choices whose prompt ends in this step */
+    int host;           /* 1: drawn (and scored) from host logits here, whatever the backend */
+    int32_t n_copy;     /* copy-on-write pairs in cow_src/cow_dst */
     uint64_t t_start;
 } step_plan;
 
@@ -305,13 +316,27 @@ static void add_run(ifl_batcher *b, step_plan *sp, req *r, int prefilling, int32
     b->step_prefill[s] = (uint8_t)prefilling;
     b->step_cached[s] = prefilling && r->n_cached > 0 && r->n_done == r->n_cached ? r->n_cached : 0;
     /* a token is drawn only after the run that ends the prompt, or a decode run */
-    int active = !prefilling || r->n_done + len >= r->n_prompt;
+    int ends_prompt = prefilling && r->n_done + len >= r->n_prompt;
+    int active = (!prefilling || ends_prompt) && r->max_tokens > 0;
+    /* rows: every position of a scored prompt, else the one drawn from */
+    int scored = prefilling && r->prompt_logprobs;
+    b->n_rows[s] = scored ? len : active;
+    b->first_row[s] = sp->n_rows;
+    sp->n_rows += b->n_rows[s];
+    if (scored)
+        sp->host = 1;
+    if (ends_prompt && active && r->children) {
+        sp->host = 1;
+        sp->new_draws += batcher_count_choices(r);
+    }
     r->adj.n_ban = r->n_generated < r->min_tokens ? r->n_ban : 0;
     b->sreq[s] = (ifl_sample_req){.sampling = r->sampling,
                                   .seed = r->seed,
                                   .draw = (uint64_t)r->n_generated,
                                   .active = active,
-                                  .adj = active && ifl_logit_adj_on(&r->adj) ? &r->adj : NULL};
+                                  .adj = active && ifl_logit_adj_on(&r->adj) ? &r->adj : NULL,
+                                  .lp = active && r->logprobs ? &b->tok_lp[s] : NULL,
+                                  .n_top = r->top_logprobs};
     b->step_reqs[s] = r;
     sp->n_seqs++;
     sp->n_tokens += len;
@@ -321,12 +346,34 @@ static void add_run(ifl_batcher *b, step_plan *sp, req *r, int prefilling, int32
         sp->decode_tokens++;
 }
 
+/* Phase 3a: copy on write. A decode token about to be written into a block its request shares
+ * (a choice's copy of the prompt's last, partly filled block) gets a private block first; the
+ * pairs go to the backend before the step (run_step). A request that cannot get one ends with an
+ * error (it cannot happen: a fork holds a spare for it). Returns how many remain in in_step. */
+static int32_t cow_phase(ifl_batcher *b, int32_t n, step_plan *sp)
+{
+    sp->n_copy = 0;
+    int32_t kept = 0;
+    for (int32_t i = 0; i < n; i++) {
+        req *r = b->in_step[i];
+        if (r->n_done >= r->n_prompt &&
+            ifl_kv_seq_cow(&r->kv, &b->pool, r->n_prompt + r->n_generated - 1, 1, b->cow_src,
+                           b->cow_dst, b->p.max_batch, &sp->n_copy)) {
+            finish_running(b, r, IFL_FINISH_ERROR, "no KV block for a copy on write");
+            continue;
+        }
+        b->in_step[kept++] = r;
+    }
+    return kept;
+}
+
 /* Phase 3: the step over the n running requests of in_step: decode tokens first (step_tokens >=
  * max_batch, so every running sequence decodes), then prefill chunks in admission order while
  * the token budget lasts. */
 static void build_step(ifl_batcher *b, int32_t n, step_plan *sp)
 {
-    *sp = (step_plan){.t_start = ifl_now_us()};
+    int32_t n_copy = sp->n_copy;
+    *sp = (step_plan){.t_start = ifl_now_us(), .n_copy = n_copy};
     int32_t budget = b->p.step_tokens;
     for (int pass = 0; pass < 2; pass++)
         for (int32_t i = 0; i < n; i++) {
@@ -343,6 +390,48 @@ static void build_step(ifl_batcher *b, int32_t n, step_plan *sp)
     b->run_start[sp->n_seqs] = sp->n_tokens;
 }
 
+/* Scores the prompt positions of run s (a prefill chunk of a request with prompt_logprobs): row k
+ * of the run predicts the token at pos0 + k + 1, when that is still the prompt. The entries go to
+ * prompt_lp at the run's rows. Returns how many. */
+static int32_t score_run(ifl_batcher *b, int32_t s)
+{
+    const req *r = b->step_reqs[s];
+    int32_t first = b->first_row[s], len = b->run_start[s + 1] - b->run_start[s];
+    int32_t n = r->n_prompt - 1 - b->pos0[s];
+    n = n < len ? n : len;
+    for (int32_t k = 0; k < n; k++) {
+        b->score_row[first + k] = first + k;
+        b->score_tok[first + k] = r->prompt[b->pos0[s] + k + 1];
+    }
+    ifl_backend_score(b->be, b->logits, n, b->score_row + first, b->score_tok + first,
+                      r->top_logprobs, b->prompt_lp + first);
+    return n;
+}
+
+/* The step on host logits: the rows the runs asked for, the scored prompt positions, then every
+ * draw (the runs', and the first of each choice whose prompt ends here, from a copy of its row). */
+static int run_on_host(ifl_batcher *b, const step_plan *sp, const ifl_batch *batch, ifl_err *err)
+{
+    if (batcher_logits_room(b, sp->n_rows + sp->new_draws))
+        return ifl_err_set(err, "out of memory for %d rows of logits", sp->n_rows + sp->new_draws);
+    if (ifl_backend_step(b->be, batch, b->logits, err))
+        return -1;
+    int32_t n_draw = sp->n_seqs, free_row = sp->n_rows;
+    for (int32_t s = 0; s < sp->n_seqs; s++) {
+        req *r = b->step_reqs[s];
+        if (b->step_prefill[s] && r->prompt_logprobs)
+            score_run(b, s);
+        b->draw_row[s] = b->n_rows[s] ? b->first_row[s] + b->n_rows[s] - 1 : 0;
+    }
+    for (int32_t s = 0; s < sp->n_seqs; s++) {
+        req *r = b->step_reqs[s];
+        if (b->sreq[s].active && r->children)
+            n_draw = batcher_add_choice_draws(b, r, b->draw_row[s], n_draw, &free_row);
+    }
+    ifl_backend_sample(b->be, b->logits, n_draw, b->draw_row, b->sreq, b->next_tok, &b->sampler);
+    return 0;
+}
+
 /* Phase 4: runs the step and draws the tokens into next_tok. On failure every request of the step
  * ends with the backend's message, and -1. */
 static int run_step(ifl_batcher *b, const step_plan *sp)
@@ -353,14 +442,63 @@ static int run_step(ifl_batcher *b, const step_plan *sp)
                        .run_start = b->run_start,
                        .pos0 = b->pos0,
                        .block_tables = b->tables,
-                       .n_blocks = b->nblk};
+                       .n_blocks = b->nblk,
+                       .n_rows = b->n_rows};
     ifl_err err;
-    if (ifl_backend_step_sample(b->be, &batch, b->sreq, b->next_tok, b->logits, &b->sampler,
-                                &err) == 0)
+    int rc = ifl_backend_copy_blocks(b->be, b->cow_src, b->cow_dst, sp->n_copy, &err);
+    if (rc == 0)
+        rc = sp->host ? run_on_host(b, sp, &batch, &err)
+                      : ifl_backend_step_sample(b->be, &batch, b->sreq, b->next_tok, b->logits,
+                                                &b->sampler, &err);
+    if (rc == 0)
         return 0;
     for (int32_t i = 0; i < sp->n_seqs; i++)
         finish_running(b, b->step_reqs[i], IFL_FINISH_ERROR, err.msg);
     return -1;
+}
+
+/* The prompt entries of run i (scored in run_on_host) as one event. */
+static void emit_prompt(ifl_batcher *b, req *r, int32_t i)
+{
+    int32_t len = b->run_start[i + 1] - b->run_start[i];
+    int32_t n = r->n_prompt - 1 - b->pos0[i];
+    n = n < len ? n : len;
+    if (n <= 0)
+        return;
+    ifl_event ev = {.type = IFL_EV_PROMPT,
+                    .request_id = r->id,
+                    .session = r->session,
+                    .user = r->user,
+                    .index = b->pos0[i] + 1,
+                    .lp = b->prompt_lp + b->first_row[i],
+                    .n_lp = n};
+    batcher_emit(b, &ev);
+}
+
+/* What follows a taken token: its blocks published while the request goes on, else its end. */
+static void after_token(ifl_batcher *b, req *r, int f)
+{
+    if (f == -1)
+        ifl_kv_seq_publish(&r->kv, &b->pool, r->prompt, kv_written(r));
+    else if (f == TAKE_NO_MEMORY)
+        finish_running(b, r, IFL_FINISH_ERROR, "out of memory holding a token's text");
+    else
+        finish_running(b, r, (ifl_finish)f, NULL);
+}
+
+/* r's prompt ended in this step: its choices take their first tokens (draws k ..) and run on
+ * their own from now. Returns the next draw index. */
+static int32_t start_choices(ifl_batcher *b, req *r, int32_t k)
+{
+    req *c = batcher_take_choices(b, r);
+    while (c) {
+        req *next = c->next_choice;
+        c->next_choice = NULL;
+        after_token(b, c, take_token(b, c, b->next_tok[k], &b->tok_lp[k]));
+        k++;
+        c = next;
+    }
+    return k;
 }
 
 /* Phase 5: each run's token (a prefill chunk that does not end its prompt has none): token
@@ -368,23 +506,30 @@ static int run_step(ifl_batcher *b, const step_plan *sp)
 static int64_t emit_tokens(ifl_batcher *b, const step_plan *sp)
 {
     int64_t generated = 0;
+    int32_t k = sp->n_seqs; /* the choices' first draws follow the runs' */
     for (int32_t i = 0; i < sp->n_seqs; i++) {
         req *r = b->step_reqs[i];
         if (b->step_prefill[i]) {
+            if (r->prompt_logprobs)
+                emit_prompt(b, r, i);
             r->n_done += b->run_start[i + 1] - b->run_start[i];
             if (r->n_done < r->n_prompt) { /* more prompt to come: no prediction yet */
                 ifl_kv_seq_publish(&r->kv, &b->pool, r->prompt, kv_written(r));
                 continue;
             }
+            if (r->max_tokens == 0) { /* the prompt was only scored */
+                finish_running(b, r, IFL_FINISH_LENGTH, NULL);
+                continue;
+            }
         }
         generated++;
-        int f = take_token(b, r, b->next_tok[i]);
-        if (f == -1)
-            ifl_kv_seq_publish(&r->kv, &b->pool, r->prompt, kv_written(r));
-        else if (f == TAKE_NO_MEMORY)
-            finish_running(b, r, IFL_FINISH_ERROR, "out of memory holding a token's text");
-        else if (f >= 0)
-            finish_running(b, r, (ifl_finish)f, NULL);
+        int f = take_token(b, r, b->next_tok[i], &b->tok_lp[i]);
+        if (r->children) {
+            int32_t k0 = k;
+            k = start_choices(b, r, k);
+            generated += k - k0;
+        }
+        after_token(b, r, f);
     }
     return generated;
 }
@@ -426,8 +571,8 @@ static void cancel_waiting(ifl_batcher *b)
     while (b->n_waiting > 0) {
         req *r = batcher_peek_next(b);
         batcher_pop_next(b);
-        batcher_emit_done(b, r, IFL_FINISH_CANCELLED, NULL);
-        batcher_req_free(r);
+        batcher_emit_done_group(b, r, IFL_FINISH_CANCELLED, NULL);
+        batcher_req_free_group(r);
     }
     b->stats.waiting = 0;
     pthread_cond_broadcast(&b->idle);
@@ -449,6 +594,9 @@ void *batcher_main(void *arg)
             continue;
         emit_started(b, b->in_step + first_new, n_new);
         step_plan sp;
+        n_running = cow_phase(b, n_running, &sp);
+        if (n_running == 0)
+            continue;
         build_step(b, n_running, &sp);
         if (run_step(b, &sp))
             continue;

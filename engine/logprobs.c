@@ -1,59 +1,22 @@
 /* logprobs.c: a row's log-sum-exp and its best tokens (logprobs.h).
  *
- * Three passes over the row, each written so that the compiler vectorises it at the baseline
- * instruction set (lanes of LANES floats in plain C, no intrinsics): the maximum; the sum of
- * exp(x - max) with a polynomial exp (exp_nonpos: about 2 ulp, no libm call, so it vectorises
- * without -ffast-math), accumulated in float lanes over blocks of SUM_BLOCK entries and the blocks
- * in double (each float lane adds at most SUM_BLOCK / LANES terms, so the sum's relative error
- * stays near 1e-6 whatever the row's length); and, when best tokens are wanted, one pass that
- * looks at a lane group's entries only when its maximum beats the current n-th best. */
+ * Three passes over the row: the maximum (lanes of LANES floats in plain C, which the compiler
+ * vectorises at the baseline instruction set); the sum of exp(x - max) with the current kernel
+ * family's exp (cpu_kernels.h, so --isa / INFLIGHT_ISA choose and test it like every kernel),
+ * accumulated in float lanes over blocks of SUM_BLOCK entries and the blocks in double (each
+ * float lane adds at most SUM_BLOCK / LANES terms, so the sum's relative error stays near 1e-6
+ * whatever the row's length); and, when best tokens are wanted, one pass that looks at a lane
+ * group's entries only when its maximum beats the current n-th best. */
 #include "logprobs.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "cpu_kernels.h"
+
 enum { LANES = 16, SUM_BLOCK = 256 };
-
-/* On x86-64 the log-sum-exp is also compiled for AVX2 and the loader picks the clone the CPU runs
- * (GCC's and clang's target_clones): 64 rows of 50257 took 6.0 ms at the baseline's SSE2 and
- * 2.7 ms with AVX2 on one core of the build machine. Without FMA in the clone nothing is
- * contracted, so both clones compute the same float operations in the same order: the same
- * bits, as the kernel families promise (cpu_isa.h). */
-#if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
-#define LSE_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define LSE_CLONES
-#endif
-
-/* exp(d) for d <= 0 (d below -87 counts as -87: e^-87 ~ 1.6e-38, nothing next to the row's
- * maximum's term 1). d = n ln2 + r with n = round(d / ln2) and |r| <= ln2 / 2 (ln2 in two parts
- * so that n ln2 is exact), e^r by a degree-6 polynomial (the Cephes expf coefficients), 2^n put
- * into the exponent bits. */
-static inline float exp_nonpos(float d)
-{
-    const float round_magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
-    /* the clamp on the bits: a float select would not vectorise without -fno-trapping-math. For
-     * d <= 0 (and -0, -inf, NaN) the bits as unsigned grow with the magnitude; +0 is 0 */
-    uint32_t u;
-    memcpy(&u, &d, sizeof u);
-    u = u > 0xC2AE0000u ? 0xC2AE0000u : u; /* -87.0f */
-    memcpy(&d, &u, sizeof d);
-    float n = (d * 1.44269504088896341f + round_magic) - round_magic;
-    float r = d - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    int32_t bits = ((int32_t)n + 127) << 23; /* n in [-126, 0]: a normal power of two */
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
-}
 
 /* x's bits as an int32 that orders as the floats do (NaN aside): negative floats' magnitude bits
  * flipped. Its own inverse. The maximum is taken over these keys because GCC vectorises an int32
@@ -85,13 +48,20 @@ static inline float group_max(const float *row, int32_t n)
     return mx;
 }
 
-/* sum of exp(row[i] - mx) over n entries (a multiple of LANES), mx at least their maximum. */
-static inline float group_sum_exp(const float *row, int32_t n, float mx)
+/* sum of exp(row[i] - mx) over n entries (a multiple of LANES, at most SUM_BLOCK), mx at least
+ * their maximum: the differences into a block on the stack, e^x by the current kernel family's
+ * exp (cpu_kernels.h: vectorised for the family's instruction set, picked with the others by
+ * --isa / INFLIGHT_ISA), the sum in float lanes. */
+static float group_sum_exp(const float *row, int32_t n, float mx)
 {
+    float d[SUM_BLOCK] = {0}; /* (zeroed: GCC cannot see that the exp writes what it reads) */
+    for (int32_t i = 0; i < n; i++)
+        d[i] = row[i] - mx;
+    ifl_exp(d, d, (size_t)n);
     float lane[LANES] = {0};
     for (int32_t i = 0; i < n; i += LANES)
         for (int j = 0; j < LANES; j++)
-            lane[j] += exp_nonpos(row[i + j] - mx);
+            lane[j] += d[i + j];
     float s = 0;
     for (int j = 0; j < LANES; j++)
         s += lane[j];
@@ -114,7 +84,7 @@ static void lse_add(double *sum, float *mx, double s, float bmax)
 /* The row's log-sum-exp in one pass over memory: block by block (SUM_BLOCK entries, still in L1
  * when the block's sum reads them again), each block's sum relative to its own maximum, the
  * blocks rescaled to the running maximum in double. A row with +inf has +inf; one of -inf, -inf. */
-LSE_CLONES static float row_lse(const float *row, int32_t n)
+static float row_lse(const float *row, int32_t n)
 {
     double sum = 0;
     float mx = -INFINITY;

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "api_table.h"
+#include "http_choices.h"
 #include "protocol.h"
 #include "request.h"
 #include "strbuf.h"
@@ -25,6 +26,7 @@ typedef enum {
 } http_api_kind;
 
 #define HTTP_MODEL_MAX 64
+#define HTTP_MAX_PROMPTS 64 /* prompts of one OpenAI batch (completions' list of prompts) */
 /* A request header longer than the buffer it is read into (lws names no constant for it): refused,
  * never read as absent. */
 #define HTTP_STATUS_HEADER_TOO_LARGE 431
@@ -40,9 +42,12 @@ typedef struct {
     int has_id;
     char resp_id[48];          /* OpenAI: cmpl-... / chatcmpl-... */
     long long created;         /* OpenAI: unix seconds */
-    int sent_role;             /* OpenAI chat stream: the role went out in the first delta */
     char user[REQ_MAX_ID + 1]; /* OpenAI user: the session of the batchers' fairness */
     int has_user;
+    /* OpenAI's batch: the body's prompts, one request each (req_params.prompt_index); NULL, 0:
+     * the one prompt is req_params' own. Heap, freed with the request's state (http_gen.c). */
+    req_prompt *prompts;
+    int32_t n_prompts;
 } http_req_info;
 
 /* How OpenAI's completions and chat completions differ (http_openai.c reads its API's row). */
@@ -55,9 +60,11 @@ typedef struct {
     void (*finish_params)(req_params *p); /* after the checks (chat: its stop), or NULL */
     const char *object, *chunk_object;    /* the answer's "object", a stream event's */
     /* A choice's content, after "index": a stream event's (text NULL: the last event's, with the
-     * finish), and the whole answer's. */
-    void (*put_delta)(strbuf *sb, http_req_info *ri, const char *text, size_t len);
+     * finish; *first: the choice's first event is still to go, chat's role goes with it), and the
+     * whole answer's. */
+    void (*put_delta)(strbuf *sb, int *first, const char *text, size_t len);
     void (*put_whole)(strbuf *sb, const char *text, size_t len);
+    int logprobs_always; /* "logprobs": null when none were asked for (completions) */
 } openai_shape;
 
 extern const openai_shape OPENAI_COMPLETIONS_SHAPE, OPENAI_CHAT_SHAPE; /* http_openai.c */
@@ -82,9 +89,13 @@ struct http_api_desc {
                  http_req_info *ri, req_params *p, proto_error *err);
     const char *resp_id_prefix; /* the answer's id ("cmpl" -> ri->resp_id "cmpl-..."; ri->created
                                    set with it); NULL: the answer has none */
-    void (*write_token)(strbuf *sb, http_req_info *ri, const char *text, size_t len);
-    void (*write_end)(strbuf *sb, http_req_info *ri, const req_result *res, const char *text,
-                      size_t len);
+    /* A stream's event(s) for token t of choice k (ev_lp: its logprobs value, or NULL). */
+    void (*write_token)(strbuf *sb, http_req_info *ri, http_choices *h, int32_t k,
+                        const req_token *t, const strbuf *ev_lp);
+    /* A stream's events when prompt p's request ended well (its choices' finishes); NULL: none. */
+    void (*write_prompt_end)(strbuf *sb, http_req_info *ri, http_choices *h, int32_t p);
+    /* The end: the JSON answer (every choice), or the stream's last events. */
+    void (*write_end)(strbuf *sb, http_req_info *ri, const req_result *res, http_choices *h);
     /* An error answer (stream: its event); param (the field at fault) may be NULL. */
     void (*write_error)(strbuf *sb, const http_req_info *ri, int status, ifl_code code,
                         const char *param, const char *message, int stream);
@@ -118,10 +129,10 @@ int triton_route(const http_api_desc *a, const char *path, http_req_info *ri, ch
 int triton_parse(const struct cJSON *root, const proto_limits *lim, http_req_info *ri,
                  req_params *p, proto_error *err);
 /* A stream event for one token: the whole "data: ...\n\n". */
-void triton_write_token(strbuf *sb, http_req_info *ri, const char *text, size_t len);
-/* The end: the JSON answer (text: the completion), or the stream's last event. */
-void triton_write_end(strbuf *sb, http_req_info *ri, const req_result *res, const char *text,
-                      size_t len);
+void triton_write_token(strbuf *sb, http_req_info *ri, http_choices *h, int32_t k,
+                        const req_token *t, const strbuf *ev_lp);
+/* The end: the JSON answer (the completion: choice 0's text), or the stream's last event. */
+void triton_write_end(strbuf *sb, http_req_info *ri, const req_result *res, http_choices *h);
 void triton_write_error(strbuf *sb, const http_req_info *ri, ifl_code code, const char *message,
                         int stream);
 
@@ -133,9 +144,12 @@ int http_v2_known(const char *path, char *msg, size_t cap);
 /* served_name: see http_model_policy. */
 int openai_parse(const struct cJSON *root, const proto_limits *lim, const char *served_name,
                  http_req_info *ri, req_params *p, proto_error *err);
-void openai_write_token(strbuf *sb, http_req_info *ri, const char *text, size_t len);
-void openai_write_end(strbuf *sb, http_req_info *ri, const req_result *res, const char *text,
-                      size_t len);
+/* The batch's prompts (ri->prompts), freed. */
+void openai_free_prompts(http_req_info *ri);
+void openai_write_token(strbuf *sb, http_req_info *ri, http_choices *h, int32_t k,
+                        const req_token *t, const strbuf *ev_lp);
+void openai_write_prompt_end(strbuf *sb, http_req_info *ri, http_choices *h, int32_t p);
+void openai_write_end(strbuf *sb, http_req_info *ri, const req_result *res, http_choices *h);
 /* {"error":{"message","type","param","code"}} (or its stream event); param may be NULL. */
 void openai_write_error(strbuf *sb, int status, ifl_code code, const char *param,
                         const char *message, int stream);

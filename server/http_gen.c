@@ -1,9 +1,11 @@
 /* http_gen.c: generation over plain HTTP, on the request layer (request.h) like /ws, for the APIs
  * of http_api.h, each read from its row of HTTP_APIS: Triton's generate extension (POST
  * /v2/models/{iterative-gpt2,simple-gpt2}/generate and .../generate_stream) and OpenAI's POST
- * /v1/completions and /v1/chat/completions (with "stream": true). This file does what they share:
- * the route, the body, the submission, the request layer's sink, and the answer: one JSON object,
- * or Server-Sent Events sent chunked and flushed as each token comes.
+ * /v1/completions and /v1/chat/completions (with "stream": true). This file does what they share
+ * once the body is read: the submission, the request layer's sink, and the answer: one JSON object,
+ * or Server-Sent Events sent chunked and flushed as each token comes. The route and the body
+ * (framing, size, Content-Type) are read in http_gen_body.c; the state both share is
+ * http_gen_impl.h's.
  *
  * One request at a time per connection. The connection is the session (in the batchers' fairness
  * and in the request log; kept with the socket's record (sockets.h), since lws gives every HTTP
@@ -11,57 +13,27 @@
  * of its own, so a client that goes away cancels it (req_owner_gone: its KV blocks are free within
  * one step). After the answer the connection stays
  * open for the next request (keep-alive).
- *
- * The body: with a Content-Length, or Transfer-Encoding: chunked (decoded here, http_chunked.c:
- * lws 4.1 hands such a body over raw; the connection closes after its answer, since lws still
- * counts it as a body of unknown end), neither is 411, both 400; at most --max-message bytes
- * (413), Content-Type application/json (Triton: also none or curl -d's
- * application/x-www-form-urlencoded, as Triton's own curl examples send; else 415).
  * Service thread. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 
 #include "db.h"
-#include "http_api.h"
-#include "http_chunked.h"
-#include "service.h"
+#include "http_gen_impl.h"
 #include "util.h"
 
 #define SSE_CHUNK 16384
 
-struct http_gen {
-    struct lws *wsi;
-    http_req_info ri;
-    /* the body */
-    char *body;
-    size_t body_len, body_cap;
-    int chunked;    /* Transfer-Encoding: chunked, decoded by dec */
-    int body_whole; /* chunked: the last chunk came; later bytes are not this request's */
-    http_chunked dec;
-    http_body_fn on_body; /* a body answered by a handler of its own (the tokenizer's), or NULL */
-    /* the answer */
-    uint64_t t_arrival; /* monotonic us: the request's headers arrived */
-    int submitted;      /* the request layer has it: sink calls will come */
-    int headers_sent;   /* stream: the 200 and its headers are out */
-    int ended;          /* stream: the last event is queued */
-    int plain;          /* stream: HTTP/1.0, sent without chunked coding, closed at its end */
-    int overflow;       /* stream: past --max-outbox, closing */
-    strbuf text;        /* JSON answer: the completion so far */
-    strbuf out;         /* stream: bytes to send */
-    size_t out_sent;    /* of out */
-};
-
-static void gen_free(srv_conn *c)
+void gen_free(srv_conn *c)
 {
     http_gen *g = c->gen;
     if (!g)
         return;
     free(g->body);
-    sb_free(&g->text);
+    http_choices_free(&g->ch);
+    openai_free_prompts(&g->ri);
     sb_free(&g->out);
     free(g);
     c->gen = NULL;
@@ -90,8 +62,8 @@ static int gen_error_answer_after(srv_conn *c, struct lws *wsi, const http_req_i
                              close ? "close" : secs);
 }
 
-static int gen_error_answer(srv_conn *c, struct lws *wsi, const http_req_info *ri, int status,
-                            ifl_code code, const char *param, const char *msg, int close)
+int gen_error_answer(srv_conn *c, struct lws *wsi, const http_req_info *ri, int status,
+                     ifl_code code, const char *param, const char *msg, int close)
 {
     return gen_error_answer_after(c, wsi, ri, status, code, param, msg, close, 0);
 }
@@ -204,37 +176,53 @@ static void sink_queued(void *fe, const srv_req *r, int32_t position)
     (void)fe, (void)r, (void)position;
 }
 
-static void sink_started(void *fe, const srv_req *r)
+static void sink_started_choices(void *fe, const srv_req *r)
 {
-    (void)fe, (void)r;
+    srv_conn *c = fe;
+    if (c->gen)
+        http_choices_started(&c->gen->ch, c->gen->tok, r);
 }
 
-static void sink_token(void *fe, const srv_req *r, int32_t index, int32_t token, const char *text,
-                       size_t len)
+static void sink_prompt(void *fe, const srv_req *r, int32_t index, const ifl_logprob *lp,
+                        int32_t n)
 {
-    (void)r, (void)index, (void)token;
+    srv_conn *c = fe;
+    if (c->gen)
+        http_choices_prompt(&c->gen->ch, c->gen->tok, r, index, lp, n);
+}
+
+static void sink_token(void *fe, const srv_req *r, const req_token *t)
+{
     srv_conn *c = fe;
     http_gen *g = c->gen;
     if (!g)
         return;
-    if (!g->ri.stream) {
-        sb_append(&g->text, text, len);
-        return;
+    int stream = g->ri.stream && !g->failed;
+    strbuf lp;
+    sb_init(&lp, 0);
+    http_choices_token(&g->ch, g->tok, r, t, stream && t->lp ? &lp : NULL);
+    if (stream) {
+        strbuf ev;
+        sb_init(&ev, 0);
+        HTTP_APIS[g->ri.api].write_token(&ev, &g->ri, &g->ch,
+                                         http_choice_index(&g->ch, r, t->choice), t,
+                                         lp.len ? &lp : NULL);
+        sse_queue(g, &ev);
+        sb_free(&ev);
     }
-    strbuf ev;
-    sb_init(&ev, 0);
-    HTTP_APIS[g->ri.api].write_token(&ev, &g->ri, text, len);
-    sse_queue(g, &ev);
-    sb_free(&ev);
+    sb_free(&lp);
 }
 
-static void sink_done(void *fe, const srv_req *r, const req_result *res)
+static void sink_choice_done(void *fe, const srv_req *r, const req_result *res)
 {
-    (void)r;
     srv_conn *c = fe;
-    http_gen *g = c->gen;
-    if (!g || !g->wsi)
-        return;
+    if (c->gen)
+        http_choices_choice_end(&c->gen->ch, r, res);
+}
+
+/* Every request of the body ended: the answer (res: their sum). */
+static void answer(srv_conn *c, http_gen *g, const req_result *res)
+{
     if (res->finish == IFL_FINISH_ERROR && !g->ri.stream) {
         gen_error_answer(c, g->wsi, &g->ri, ifl_code_get(res->code)->http_status, res->code, NULL,
                          res->message ? res->message : "the engine failed", 0);
@@ -248,8 +236,7 @@ static void sink_done(void *fe, const srv_req *r, const req_result *res)
     }
     strbuf sb;
     sb_init(&sb, 0);
-    const char *text = g->text.buf ? sb_text(&g->text) : "";
-    HTTP_APIS[g->ri.api].write_end(&sb, &g->ri, res, text, g->text.len);
+    HTTP_APIS[g->ri.api].write_end(&sb, &g->ri, res, &g->ch);
     if (g->ri.stream) {
         g->ended = 1;
         sse_queue(g, &sb);
@@ -257,7 +244,7 @@ static void sink_done(void *fe, const srv_req *r, const req_result *res)
         return;
     }
     struct lws *wsi = g->wsi;
-    if (!sb_ok(&sb) || g->text.oom) {
+    if (!sb_ok(&sb)) {
         sb_free(&sb);
         gen_error_answer(c, wsi, &g->ri, HTTP_STATUS_INTERNAL_SERVER_ERROR, IFL_CODE_OUT_OF_MEMORY,
                          NULL, "no memory for the answer", 0);
@@ -267,6 +254,33 @@ static void sink_done(void *fe, const srv_req *r, const req_result *res)
     if (http_respond_json(c, wsi, HTTP_STATUS_OK, &sb, 0,
                           c->http_close_after ? "connection:" : NULL, "close"))
         lws_set_timeout(wsi, PENDING_TIMEOUT_CLOSE_SEND, LWS_TO_KILL_ASYNC);
+}
+
+/* One request of the body ended: its choices' finishes (a stream's events for them); the first
+ * failure cancels the others; the last one's end is the answer. */
+static void sink_done(void *fe, const srv_req *r, const req_result *res)
+{
+    srv_conn *c = fe;
+    http_gen *g = c->gen;
+    if (!g)
+        return;
+    if (r->n_choices == 1)
+        http_choices_choice_end(&g->ch, r, res);
+    if ((res->finish == IFL_FINISH_ERROR || res->finish == IFL_FINISH_CANCELLED) && !g->failed) {
+        g->failed = 1;
+        req_owner_cancel_all(g->rl, &c->owner);
+    }
+    const http_api_desc *a = &HTTP_APIS[g->ri.api];
+    if (!g->failed && g->ri.stream && a->write_prompt_end) {
+        strbuf ev;
+        sb_init(&ev, 0);
+        a->write_prompt_end(&ev, &g->ri, &g->ch, r->prompt_index);
+        sse_queue(g, &ev);
+        sb_free(&ev);
+    }
+    if (!http_choices_request_end(&g->ch, res) || !g->wsi)
+        return;
+    answer(c, g, &g->ch.sum);
 }
 
 /* A refusal (before any token): the answer is the error. */
@@ -295,210 +309,12 @@ static void sink_error(void *fe, const char *id, ifl_code code, const char *mess
 }
 
 static const req_sink HTTP_SINK = {.queued = sink_queued,
-                                   .started = sink_started,
+                                   .started = sink_started_choices,
+                                   .prompt = sink_prompt,
                                    .token = sink_token,
+                                   .choice_done = sink_choice_done,
                                    .done = sink_done,
                                    .error = sink_error};
-
-/* ---- the request ----------------------------------------------------------------------------- */
-
-/* Content-Type application/json; for an API with form_bodies also none or
- * application/x-www-form-urlencoded (curl -d's). 1 yes, 0 no (got holds what was sent), -1 the
- * header does not fit in cap bytes (431: never read as absent). */
-static int content_type_ok(struct lws *wsi, const http_api_desc *a, char *got, size_t cap)
-{
-    got[0] = 0;
-    int len = lws_hdr_copy(wsi, got, (int)cap, WSI_TOKEN_HTTP_CONTENT_TYPE);
-    if (len < 0)
-        return -1;
-    if (len == 0)
-        return a->form_bodies;
-    size_t n = strcspn(got, "; \t");
-    return (n == 16 && !strncasecmp(got, "application/json", 16)) ||
-           (a->form_bodies && n == 33 &&
-            !strncasecmp(got, "application/x-www-form-urlencoded", 33));
-}
-
-/* The route of a POST path, by each API's row: 0 with *ri's api (and the row's route's fields)
- * set; -1 if it is not a generation path; -2 for an unknown model or version (ri->api set, msg
- * says so). */
-static int route(const char *path, http_req_info *ri, char *msg, size_t cap)
-{
-    for (int k = 0; k < HTTP_N_APIS; k++) {
-        memset(ri, 0, sizeof *ri);
-        ri->api = (http_api_kind)k;
-        int rc = HTTP_APIS[k].route(&HTTP_APIS[k], path, ri, msg, cap);
-        if (rc != -1)
-            return rc;
-    }
-    memset(ri, 0, sizeof *ri); /* (http.c routes only generation paths here) */
-    return -1;
-}
-
-/* How the body is framed: 0 a Content-Length (copied to cl), 1 chunked; -2 neither (411), -1 a
- * framing we refuse (400: both at once, as request smuggling uses, or another coding), -3 a header
- * longer than its buffer (431); msg says which. */
-static int body_framing(struct lws *wsi, char *cl, size_t cl_size, char *msg, size_t msg_size)
-{
-    char te[64];
-    int cl_len = lws_hdr_copy(wsi, cl, (int)cl_size, WSI_TOKEN_HTTP_CONTENT_LENGTH);
-    int te_len = lws_hdr_copy(wsi, te, sizeof te, WSI_TOKEN_HTTP_TRANSFER_ENCODING);
-    if (cl_len < 0 || te_len < 0) { /* never read as absent */
-        snprintf(msg, msg_size, "the %s header is over %zu bytes",
-                 cl_len < 0 ? "Content-Length" : "Transfer-Encoding",
-                 (cl_len < 0 ? cl_size : sizeof te) - 1);
-        return -3;
-    }
-    int has_cl = cl_len > 0;
-    if (te_len <= 0) {
-        if (has_cl)
-            return 0;
-        snprintf(msg, msg_size, "the body needs a Content-Length or Transfer-Encoding: chunked");
-        return -2;
-    }
-    if (strcasecmp(te, "chunked")) {
-        snprintf(msg, msg_size, "Transfer-Encoding is '%.40s': only 'chunked' is accepted", te);
-        return -1;
-    }
-    if (has_cl) {
-        snprintf(msg, msg_size, "a request has both Content-Length and Transfer-Encoding");
-        return -1;
-    }
-    return 1;
-}
-
-/* A chunked body's bytes: decoded into g->body; its end is the request's body completion. */
-static int chunked_body(server *s, srv_conn *c, struct lws *wsi, const void *in, size_t len)
-{
-    http_gen *g = c->gen;
-    const char *err;
-    char msg[200];
-    size_t used;
-    int rc = http_chunked_feed(&g->dec, in, len, g->body, &g->body_len, g->body_cap, &used, &err);
-    if (rc == HTTP_CHUNKED_MORE)
-        return 0;
-    if (rc == HTTP_CHUNKED_BAD) {
-        snprintf(msg, sizeof msg, "the chunked body is malformed: %s", err);
-        return gen_error_answer(c, wsi, &g->ri, HTTP_STATUS_BAD_REQUEST, IFL_CODE_INVALID_REQUEST,
-                                NULL, msg, 1);
-    }
-    if (rc == HTTP_CHUNKED_BIG) {
-        snprintf(msg, sizeof msg, "the chunked body passes %zu bytes (--max-message)", g->body_cap);
-        return gen_error_answer(c, wsi, &g->ri, HTTP_STATUS_REQ_ENTITY_TOO_LARGE,
-                                IFL_CODE_INVALID_REQUEST, NULL, msg, 1);
-    }
-    g->body_whole = 1;
-    sockets_http_whole(s, wsi); /* (the wire guard does not see a chunked body's end) */
-    /* lws still waits for the rest of a body it thinks has no end: its timeout must not cut the
-     * answer off */
-    lws_set_timeout(wsi, NO_PENDING_TIMEOUT, 0);
-    return http_gen_body_done(s, c, wsi);
-}
-
-/* The checks before a body is read (the server ready, its Content-Type, its framing and size),
- * then the body is read into a new c->gen for ri's API (on_body: for that handler instead). */
-static int begin_body(server *s, srv_conn *c, struct lws *wsi, http_req_info ri,
-                      http_body_fn on_body)
-{
-    char msg[300];
-    if (s->rl.stopping || !atomic_load(&s->ready))
-        return gen_error_answer(
-            c, wsi, &ri, HTTP_STATUS_SERVICE_UNAVAILABLE, IFL_CODE_SHUTTING_DOWN, NULL,
-            s->rl.stopping ? "the server is shutting down" : "not ready: loading the model", 1);
-    char ct[256], cl[32];
-    int ct_ok = content_type_ok(wsi, &HTTP_APIS[ri.api], ct, sizeof ct);
-    if (ct_ok < 0) {
-        snprintf(msg, sizeof msg, "the Content-Type header is over %zu bytes", sizeof ct - 1);
-        return gen_error_answer(c, wsi, &ri, HTTP_STATUS_HEADER_TOO_LARGE,
-                                IFL_CODE_HEADER_TOO_LARGE, NULL, msg, 1);
-    }
-    if (!ct_ok) {
-        int shown = http_clip_len(ct, 64);
-        snprintf(msg, sizeof msg, "Content-Type is '%.*s%s': the body must be application/json",
-                 shown, ct, ct[shown] ? "..." : "");
-        return gen_error_answer(c, wsi, &ri, HTTP_STATUS_UNSUPPORTED_MEDIA_TYPE,
-                                IFL_CODE_INVALID_REQUEST, NULL, msg, 1);
-    }
-    int chunked = body_framing(wsi, cl, sizeof cl, msg, sizeof msg);
-    if (chunked == -3)
-        return gen_error_answer(c, wsi, &ri, HTTP_STATUS_HEADER_TOO_LARGE,
-                                IFL_CODE_HEADER_TOO_LARGE, NULL, msg, 1);
-    if (chunked < 0)
-        return gen_error_answer(
-            c, wsi, &ri, chunked == -2 ? HTTP_STATUS_LENGTH_REQUIRED : HTTP_STATUS_BAD_REQUEST,
-            IFL_CODE_INVALID_REQUEST, NULL, msg, 1);
-    char *end;
-    unsigned long long len =
-        chunked ? (unsigned long long)s->o->max_message : strtoull(cl, &end, 10);
-    if (!chunked && (*end || len > (unsigned long long)s->o->max_message)) {
-        snprintf(msg, sizeof msg, "the body is %s bytes: at most %d (--max-message)", cl,
-                 (int)s->o->max_message);
-        return gen_error_answer(c, wsi, &ri, HTTP_STATUS_REQ_ENTITY_TOO_LARGE,
-                                IFL_CODE_INVALID_REQUEST, NULL, msg, 1);
-    }
-    gen_free(c);
-    http_gen *g = calloc(1, sizeof *g);
-    if (!g)
-        return -1;
-    g->wsi = wsi;
-    g->ri = ri;
-    g->t_arrival = ifl_now_us();
-    g->body_cap = (size_t)len;
-    g->chunked = chunked;
-    g->on_body = on_body;
-    if (chunked) {
-        http_chunked_init(&g->dec);
-        c->http_close_after = 1;
-    }
-    g->body = malloc(g->body_cap + 1);
-    sb_init(&g->text, 0);
-    sb_init(&g->out, 0);
-    c->gen = g;
-    if (!g->body)
-        return gen_error_answer(c, wsi, &g->ri, HTTP_STATUS_INTERNAL_SERVER_ERROR,
-                                IFL_CODE_OUT_OF_MEMORY, NULL, "no memory for the body", 1);
-    if (!len && !chunked) /* lws sends no BODY_COMPLETION for an empty body */
-        return http_gen_body_done(s, c, wsi);
-    return 0;
-}
-
-int http_gen_begin(server *s, srv_conn *c, struct lws *wsi, const char *path)
-{
-    http_req_info ri;
-    char msg[300];
-    int rt = route(path, &ri, msg, sizeof msg);
-    if (rt == -2) {
-        return gen_error_answer(c, wsi, &ri, HTTP_STATUS_NOT_FOUND, IFL_CODE_UNKNOWN_MODEL, "model",
-                                msg, 1);
-    }
-    if (!srv_api_key_ok(s, wsi, 0)) {
-        c->http_close_after = 1; /* the body is not read */
-        return http_unauthorized(s, c, wsi, HTTP_APIS[ri.api].front_end);
-    }
-    return begin_body(s, c, wsi, ri, NULL);
-}
-
-int http_gen_begin_body(server *s, srv_conn *c, struct lws *wsi, http_body_fn on_body)
-{
-    http_req_info ri = {.api = HTTP_API_COMPLETIONS}; /* its errors: OpenAI's shape */
-    return begin_body(s, c, wsi, ri, on_body);
-}
-
-int http_gen_body(server *s, srv_conn *c, struct lws *wsi, const void *in, size_t len)
-{
-    (void)s;
-    http_gen *g = c->gen;
-    if (!g || g->body_whole)
-        return 0;
-    if (g->chunked)
-        return chunked_body(s, c, wsi, in, len);
-    if (g->body_len + len > g->body_cap)
-        return gen_error_answer(c, wsi, &g->ri, HTTP_STATUS_BAD_REQUEST, IFL_CODE_INVALID_REQUEST,
-                                NULL, "the body is longer than its Content-Length", 1);
-    memcpy(g->body + g->body_len, in, len);
-    g->body_len += len;
-    return 0;
-}
 
 /* What outlives a connection's transactions (lws frees the per-session data after each): its
  * session, kept with the socket's record (sockets_http_slot) until CLOSED_HTTP. */
@@ -578,6 +394,65 @@ static int parse_body(server *s, http_gen *g, req_params *p, proto_error *pe)
     return rc;
 }
 
+/* One prompt of the batch into p (its text or ids taken from the batch), p's own when none. */
+static void take_prompt(req_params *p, req_prompt *batch, int32_t i)
+{
+    p->prompt_index = i;
+    if (!batch) {
+        snprintf(p->id, sizeof p->id, "http");
+        return;
+    }
+    snprintf(p->id, sizeof p->id, "http-%d", (int)i);
+    p->prompt = batch[i].text;
+    p->prompt_len = batch[i].len;
+    p->prompt_ids = batch[i].ids;
+    p->n_prompt_ids = batch[i].n_ids;
+    batch[i].text = NULL;
+    batch[i].ids = NULL;
+}
+
+/* Every prompt of the body to the request layer, one request each (the connection's owner may hold
+ * them all); a refusal answers the body (sink_error) and cancels those already in. */
+static int submit_all(server *s, srv_conn *c, struct lws *wsi, req_params *p)
+{
+    http_gen *g = c->gen;
+    req_prompt *batch = g->ri.prompts; /* ours now: g may be freed by a refusal's answer */
+    int32_t n = batch ? g->ri.n_prompts : 1;
+    g->ri.prompts = NULL;
+    g->ri.n_prompts = 0;
+    g->rl = &s->rl;
+    g->tok = s->rl.rt ? s->rl.rt->tok : NULL;
+    c->owner.max_inflight = n;
+    int chat = g->ri.api == HTTP_API_CHAT;
+    if (http_choices_init(&g->ch, chat, n, p->n, req_logprobs(p), p->echo)) {
+        free(p->prompt);
+        free(p->prompt_ids);
+        openai_free_prompts(&(http_req_info){.prompts = batch, .n_prompts = batch ? n : 0});
+        return gen_error_answer(c, wsi, &g->ri, HTTP_STATUS_SERVICE_UNAVAILABLE,
+                                IFL_CODE_OUT_OF_MEMORY, NULL, "no memory for the answer", 0);
+    }
+    g->submitted = 1;
+    lws_set_timeout(wsi, NO_PENDING_TIMEOUT, 0); /* the answer may take longer than lws's 30 s */
+    int ok = 1;
+    for (int32_t i = 0; i < n && ok; i++) {
+        take_prompt(p, batch, i);
+        srv_req *r = req_submit(&s->rl, &c->owner, p, g->t_arrival);
+        free(p->prompt); /* req_submit took it, or left it to us */
+        free(p->prompt_ids);
+        p->prompt = NULL;
+        p->prompt_ids = NULL;
+        ok = r != NULL; /* refused: sink_error answered */
+    }
+    openai_free_prompts(&(http_req_info){.prompts = batch, .n_prompts = batch ? n : 0});
+    if (!ok) {
+        req_owner_cancel_all(&s->rl, &c->owner); /* those already in: their ends are dropped */
+        return 0;
+    }
+    if (c->gen && c->gen->ri.stream)
+        lws_callback_on_writable(wsi); /* the headers now: the client sees 200 at once */
+    return 0;
+}
+
 int http_gen_body_done(server *s, srv_conn *c, struct lws *wsi)
 {
     http_gen *g = c->gen;
@@ -614,19 +489,9 @@ int http_gen_body_done(server *s, srv_conn *c, struct lws *wsi)
     }
     p.policy = g->ri.policy;
     p.api = a->front_end;
-    snprintf(p.id, sizeof p.id, "http");
     if (!c->owner.sink)
         open_session(s, c, wsi, &g->ri);
-    g->submitted = 1;
-    lws_set_timeout(wsi, NO_PENDING_TIMEOUT, 0); /* the answer may take longer than lws's 30 s */
-    srv_req *r = req_submit(&s->rl, &c->owner, &p, g->t_arrival);
-    free(p.prompt); /* req_submit took it, or left it to us */
-    free(p.prompt_ids);
-    if (!r)
-        return 0; /* refused: sink_error answered */
-    if (g->ri.stream)
-        lws_callback_on_writable(wsi); /* the headers now: the client sees 200 at once */
-    return 0;
+    return submit_all(s, c, wsi, &p);
 }
 
 int http_gen_streaming(const srv_conn *c)

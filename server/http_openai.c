@@ -127,38 +127,117 @@ static cJSON *normalize(const cJSON *root, const openai_shape *sh, proto_error *
     return o;
 }
 
-/* A completions prompt given as token ids: [id, ...] (a non-empty array of integers; their range
- * is the request layer's check, against the vocabulary). 1 when prompt is such an array and taken,
- * 0 when it is not an array, -1 with *err. */
-static int take_prompt_ids(const cJSON *root, const proto_limits *lim, req_params *p,
-                           proto_error *err)
+/* Token ids of a prompt: a non-empty array of integers (their range is the request layer's check,
+ * against the vocabulary); what names it in messages: "prompt" or "prompt[i]". */
+static int read_ids(const cJSON *v, const proto_limits *lim, const char *what, int32_t **out,
+                    int32_t *n_out, proto_error *err)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "prompt");
-    if (!cJSON_IsArray(v))
-        return 0;
+    char msg[160];
     int n = cJSON_GetArraySize(v);
-    if (n < 1 || n > lim->max_tokens + 1)
-        return fail(err, IFL_CODE_OUT_OF_RANGE, "prompt",
-                    "field 'prompt' as token ids must hold 1 to n_ctx ids");
-    if (!cJSON_IsNumber(v->child))
-        return fail(err, IFL_CODE_WRONG_TYPE, "prompt",
-                    "field 'prompt' must be a string or an array of token ids (one prompt per "
-                    "request)");
-    p->prompt_ids = malloc((size_t)n * sizeof *p->prompt_ids);
-    if (!p->prompt_ids)
+    if (n < 1 || n > lim->max_tokens + 1) {
+        snprintf(msg, sizeof msg, "%s as token ids must hold 1 to n_ctx ids", what);
+        return fail(err, IFL_CODE_OUT_OF_RANGE, "prompt", msg);
+    }
+    int32_t *ids = malloc((size_t)n * sizeof *ids);
+    if (!ids)
         return fail(err, IFL_CODE_OUT_OF_MEMORY, "prompt", "no memory for the prompt");
     int i = 0;
     const cJSON *x;
     cJSON_ArrayForEach(x, v)
     {
         double d = cJSON_IsNumber(x) ? x->valuedouble : -1.5;
-        if (d != floor(d) || d < -2147483648.0 || d > 2147483647.0)
-            return fail(err, IFL_CODE_WRONG_TYPE, "prompt",
-                        "field 'prompt' as token ids must hold integers only");
-        p->prompt_ids[i++] = (int32_t)d;
+        if (d != floor(d) || d < -2147483648.0 || d > 2147483647.0) {
+            free(ids);
+            snprintf(msg, sizeof msg, "%s as token ids must hold integers only (item %d is %s)",
+                     what, i, cJSON_IsNumber(x) ? "not an integer" : proto_json_type_name(x));
+            return fail(err, IFL_CODE_WRONG_TYPE, "prompt", msg);
+        }
+        ids[i++] = (int32_t)d;
     }
-    p->n_prompt_ids = n;
-    return 1;
+    *out = ids;
+    *n_out = n;
+    return 0;
+}
+
+/* One prompt of a batch: a non-empty string or an array of token ids. */
+static int read_batch_item(const cJSON *x, int i, const proto_limits *lim, req_prompt *out,
+                           proto_error *err)
+{
+    char what[32], msg[160];
+    snprintf(what, sizeof what, "prompt[%d]", i);
+    if (cJSON_IsArray(x))
+        return read_ids(x, lim, what, &out->ids, &out->n_ids, err);
+    if (!cJSON_IsString(x) || !x->valuestring) {
+        snprintf(msg, sizeof msg, "%s must be a string or an array of token ids, not %s", what,
+                 proto_json_type_name(x));
+        return fail(err, IFL_CODE_WRONG_TYPE, "prompt", msg);
+    }
+    if (!x->valuestring[0]) {
+        snprintf(msg, sizeof msg, "%s is empty", what);
+        return fail(err, IFL_CODE_EMPTY_PROMPT, "prompt", msg);
+    }
+    out->len = strlen(x->valuestring);
+    out->text = malloc(out->len + 1);
+    if (!out->text)
+        return fail(err, IFL_CODE_OUT_OF_MEMORY, "prompt", "no memory for the prompt");
+    memcpy(out->text, x->valuestring, out->len + 1);
+    return 0;
+}
+
+void openai_free_prompts(http_req_info *ri)
+{
+    for (int32_t i = 0; ri->prompts && i < ri->n_prompts; i++) {
+        free(ri->prompts[i].text);
+        free(ri->prompts[i].ids);
+    }
+    free(ri->prompts);
+    ri->prompts = NULL;
+    ri->n_prompts = 0;
+}
+
+/* A batch: [prompt, ...] of strings or id arrays, 1 to HTTP_MAX_PROMPTS of them. */
+static int take_batch(const cJSON *v, const proto_limits *lim, http_req_info *ri,
+                      proto_error *err)
+{
+    char msg[160];
+    int n = cJSON_GetArraySize(v);
+    if (n > HTTP_MAX_PROMPTS) {
+        snprintf(msg, sizeof msg, "field 'prompt' holds %d prompts: at most %d", n,
+                 HTTP_MAX_PROMPTS);
+        return fail(err, IFL_CODE_OUT_OF_RANGE, "prompt", msg);
+    }
+    ri->prompts = calloc((size_t)n, sizeof *ri->prompts);
+    if (!ri->prompts)
+        return fail(err, IFL_CODE_OUT_OF_MEMORY, "prompt", "no memory for the prompts");
+    ri->n_prompts = n;
+    int i = 0;
+    const cJSON *x;
+    cJSON_ArrayForEach(x, v)
+    {
+        if (read_batch_item(x, i, lim, &ri->prompts[i], err)) {
+            openai_free_prompts(ri);
+            return -1;
+        }
+        i++;
+    }
+    return 0;
+}
+
+/* A completions prompt that is an array: token ids (one prompt) or a batch. 1 when taken, 0 when
+ * it is not an array, -1 with *err. */
+static int take_prompt_array(const cJSON *root, const proto_limits *lim, http_req_info *ri,
+                             req_params *p, proto_error *err)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "prompt");
+    if (!cJSON_IsArray(v))
+        return 0;
+    if (!v->child)
+        return fail(err, IFL_CODE_OUT_OF_RANGE, "prompt",
+                    "field 'prompt' is an empty list: give a string, token ids, or a list of "
+                    "either");
+    if (cJSON_IsNumber(v->child))
+        return read_ids(v, lim, "field 'prompt'", &p->prompt_ids, &p->n_prompt_ids, err) ? -1 : 1;
+    return take_batch(v, lim, ri, err) ? -1 : 1;
 }
 
 int openai_parse(const cJSON *root, const proto_limits *lim, const char *served, http_req_info *ri,
@@ -167,7 +246,7 @@ int openai_parse(const cJSON *root, const proto_limits *lim, const char *served,
     if (parse_openai_fields(root, served, ri, err))
         return -1;
     const openai_shape *sh = shape_of(ri);
-    int ids = sh->prompt_ids ? take_prompt_ids(root, lim, p, err) : 0;
+    int ids = sh->prompt_ids ? take_prompt_array(root, lim, ri, p, err) : 0;
     if (ids < 0)
         return -1;
     cJSON *o = normalize(root, sh, err);
@@ -175,8 +254,10 @@ int openai_parse(const cJSON *root, const proto_limits *lim, const char *served,
         return -1;
     int rc = proto_parse_params(o, sh->params, ids ? NULL : "prompt", lim, p, err);
     cJSON_Delete(o);
-    if (rc)
+    if (rc) {
+        openai_free_prompts(ri);
         return -1;
+    }
     if (sh->finish_params)
         sh->finish_params(p);
     return 0;
@@ -201,27 +282,26 @@ static void put_head(strbuf *sb, const http_req_info *ri, int chunk)
     sb_json_str(sb, ri->model, strlen(ri->model));
 }
 
-/* Completions' choice content: its text ("" in a stream's last event) and logprobs. */
+/* Completions' choice content: its text ("" in a stream's last event). */
 static void completion_text(strbuf *sb, const char *text, size_t len)
 {
     sb_puts(sb, "\"text\":");
     sb_json_str(sb, text ? text : "", text ? len : 0);
-    sb_puts(sb, ",\"logprobs\":null");
 }
 
-static void completion_delta(strbuf *sb, http_req_info *ri, const char *text, size_t len)
+static void completion_delta(strbuf *sb, int *first, const char *text, size_t len)
 {
-    (void)ri;
+    *first = 0;
     completion_text(sb, text, len);
 }
 
-/* Chat's: a stream event's delta (the role in the first one), the answer's message. */
-static void chat_delta(strbuf *sb, http_req_info *ri, const char *text, size_t len)
+/* Chat's: a stream event's delta (the role in the choice's first one), the answer's message. */
+static void chat_delta(strbuf *sb, int *first, const char *text, size_t len)
 {
     sb_puts(sb, "\"delta\":{");
-    if (!ri->sent_role) {
+    if (*first) {
         sb_puts(sb, "\"role\":\"assistant\"");
-        ri->sent_role = 1;
+        *first = 0;
         if (text)
             sb_puts(sb, ",");
     }
@@ -239,14 +319,29 @@ static void chat_message(strbuf *sb, const char *text, size_t len)
     sb_puts(sb, "}");
 }
 
-/* One streamed choice: the shape's delta; finish NULL while it runs. */
-static void put_chunk(strbuf *sb, http_req_info *ri, const char *text, size_t len,
-                      const char *finish)
+/* ,"logprobs":VALUE as the shape has it: lp its JSON (NULL: null; chat leaves null out). */
+static void put_logprobs(strbuf *sb, const http_req_info *ri, const char *lp, size_t lp_len)
 {
+    if (!lp && !shape_of(ri)->logprobs_always)
+        return;
+    sb_puts(sb, ",\"logprobs\":");
+    if (lp)
+        sb_append(sb, lp, lp_len);
+    else
+        sb_puts(sb, "null");
+}
+
+/* One streamed event of choice k: the shape's delta, its logprobs, finish NULL while it runs. */
+static void put_chunk(strbuf *sb, http_req_info *ri, http_choice *c, int32_t k, const char *text,
+                      size_t len, const strbuf *lp, const char *finish)
+{
+    int first = !c->sent_first;
     sb_puts(sb, "data: ");
     put_head(sb, ri, 1);
-    sb_puts(sb, ",\"choices\":[{\"index\":0,");
-    shape_of(ri)->put_delta(sb, ri, text, len);
+    sb_printf(sb, ",\"choices\":[{\"index\":%d,", k);
+    shape_of(ri)->put_delta(sb, &first, text, len);
+    c->sent_first = !first;
+    put_logprobs(sb, ri, lp && lp->len ? sb_text(lp) : NULL, lp ? lp->len : 0);
     if (finish)
         sb_printf(sb, ",\"finish_reason\":\"%s\"}]}\n\n", finish);
     else
@@ -262,13 +357,62 @@ static void put_usage(strbuf *sb, const req_result *res)
               (int)(res->prompt_tokens + res->completion_tokens), (int)res->cached_tokens);
 }
 
-void openai_write_token(strbuf *sb, http_req_info *ri, const char *text, size_t len)
+/* Echo in a stream: choice k's first event is its prompt's text and logprobs. */
+static void put_echo_chunk(strbuf *sb, http_req_info *ri, http_choices *h, int32_t k)
 {
-    put_chunk(sb, ri, text, len, NULL);
+    const http_choice *e = &h->echo_part[k / h->n];
+    strbuf lp;
+    sb_init(&lp, 0);
+    if (h->logprobs >= 0)
+        http_choices_write_echo_lp(&lp, h, k / h->n);
+    put_chunk(sb, ri, &h->c[k], k, sb_text(&e->text) ? sb_text(&e->text) : "", e->text.len, &lp,
+              NULL);
+    sb_free(&lp);
 }
 
-void openai_write_end(strbuf *sb, http_req_info *ri, const req_result *res, const char *text,
-                      size_t len)
+void openai_write_token(strbuf *sb, http_req_info *ri, http_choices *h, int32_t k,
+                        const req_token *t, const strbuf *ev_lp)
+{
+    if (h->echo && !h->c[k].sent_first)
+        put_echo_chunk(sb, ri, h, k);
+    put_chunk(sb, ri, &h->c[k], k, t->text, t->len, ev_lp, NULL);
+}
+
+void openai_write_prompt_end(strbuf *sb, http_req_info *ri, http_choices *h, int32_t p)
+{
+    for (int32_t k = p * h->n; k < (p + 1) * h->n; k++) {
+        if (h->echo && !h->c[k].sent_first)
+            put_echo_chunk(sb, ri, h, k);
+        put_chunk(sb, ri, &h->c[k], k, NULL, 0, NULL, finish_reason(h->c[k].finish));
+    }
+}
+
+/* The whole answer's choices, in index order. */
+static void put_choices(strbuf *sb, const http_req_info *ri, const http_choices *h)
+{
+    sb_puts(sb, ",\"choices\":[");
+    strbuf text, lp;
+    for (int32_t k = 0; k < h->n_prompts * h->n; k++) {
+        const http_choice *c = &h->c[k];
+        sb_init(&text, 0);
+        if (h->echo)
+            sb_append(&text, sb_text(&h->echo_part[k / h->n].text),
+                      h->echo_part[k / h->n].text.len);
+        sb_append(&text, sb_text(&c->text), c->text.len);
+        sb_printf(sb, "%s{\"index\":%d,", k ? "," : "", k);
+        shape_of(ri)->put_whole(sb, sb_text(&text) ? sb_text(&text) : "", text.len);
+        sb_free(&text);
+        sb_init(&lp, 0);
+        if (h->logprobs >= 0)
+            http_choices_write_lp(&lp, h, k, 1);
+        put_logprobs(sb, ri, lp.len ? sb_text(&lp) : NULL, lp.len);
+        sb_free(&lp);
+        sb_printf(sb, ",\"finish_reason\":\"%s\"}", finish_reason(c->finish));
+    }
+    sb_puts(sb, "],");
+}
+
+void openai_write_end(strbuf *sb, http_req_info *ri, const req_result *res, http_choices *h)
 {
     if (ri->stream) {
         if (res->finish == IFL_FINISH_ERROR) {
@@ -276,8 +420,6 @@ void openai_write_end(strbuf *sb, http_req_info *ri, const req_result *res, cons
             openai_write_error(sb, 500, res->code, NULL, m, 1);
         } else if (res->finish == IFL_FINISH_CANCELLED) {
             openai_write_error(sb, 503, IFL_CODE_SHUTTING_DOWN, NULL, OPENAI_CANCELLED_MESSAGE, 1);
-        } else {
-            put_chunk(sb, ri, NULL, 0, finish_reason(res->finish));
         }
         if (ri->include_usage) {
             sb_puts(sb, "data: ");
@@ -290,9 +432,7 @@ void openai_write_end(strbuf *sb, http_req_info *ri, const req_result *res, cons
         return;
     }
     put_head(sb, ri, 0);
-    sb_puts(sb, ",\"choices\":[{\"index\":0,");
-    shape_of(ri)->put_whole(sb, text, len);
-    sb_printf(sb, ",\"finish_reason\":\"%s\"}],", finish_reason(res->finish));
+    put_choices(sb, ri, h);
     put_usage(sb, res);
     sb_puts(sb, "}");
 }
@@ -356,7 +496,8 @@ const openai_shape OPENAI_COMPLETIONS_SHAPE = {.params = PARAM_API_COMPLETIONS,
                                                .object = "text_completion",
                                                .chunk_object = "text_completion",
                                                .put_delta = completion_delta,
-                                               .put_whole = completion_text};
+                                               .put_whole = completion_text,
+                                               .logprobs_always = 1};
 
 const openai_shape OPENAI_CHAT_SHAPE = {.params = PARAM_API_CHAT,
                                         .normalize = chat_normalize,

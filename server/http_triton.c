@@ -128,18 +128,21 @@ static void put_head(strbuf *sb, const http_req_info *ri)
     }
 }
 
-void triton_write_token(strbuf *sb, http_req_info *ri, const char *text, size_t len)
+void triton_write_token(strbuf *sb, http_req_info *ri, http_choices *h, int32_t k,
+                        const req_token *t, const strbuf *ev_lp)
 {
+    (void)h, (void)k, (void)ev_lp;
     sb_puts(sb, "data: ");
     put_head(sb, ri);
     sb_puts(sb, ",\"text_output\":");
-    sb_json_str(sb, text, len);
+    sb_json_str(sb, t->text, t->len);
     sb_puts(sb, "}\n\n");
 }
 
-void triton_write_end(strbuf *sb, http_req_info *ri, const req_result *res, const char *text,
-                      size_t len)
+void triton_write_end(strbuf *sb, http_req_info *ri, const req_result *res, http_choices *h)
 {
+    const char *text = sb_text(&h->c[0].text) ? sb_text(&h->c[0].text) : "";
+    size_t len = h->c[0].text.len;
     if (ri->stream)
         sb_puts(sb, "data: ");
     put_head(sb, ri);

@@ -26,7 +26,7 @@
 const param_def PARAMS[] = {
     /* the value parameters, in the order the docs and the page show them */
     {.name = "max_tokens", .apis = ALL, .alias = "max_completion_tokens", .alias_apis = CHAT,
-     .type = PARAM_INT, .lo = 1, .hi_from = PARAM_FROM_MAX_TOKENS,
+     .type = PARAM_INT, .lo = 1, .hi_from = PARAM_FROM_MAX_TOKENS, .zero_apis = CMPL,
      .def_from = PARAM_FROM_DEF_MAX_TOKENS, .off = F(max_tokens), .label = "Max tokens",
      .doc = "most tokens to generate (the prompt and these must fit the context)"},
     {.name = "min_tokens", .apis = ALL, .type = PARAM_INT, .lo = 0,
@@ -93,17 +93,27 @@ const param_def PARAMS[] = {
     {.name = "user", .apis = V1, .type = PARAM_FRONT,
      .doc = "the client's user: one session of the batchers' fair shares"},
 
+    /* scoring and several samples (docs/http-api.md "Log probabilities"): not on the page */
+    {.name = "n", .apis = WS | V1, .type = PARAM_INT, .lo = 1, .hi = IFL_MAX_CHOICES, .def = 1,
+     .off = F(n),
+     .doc = "choices of the prompt, each drawn from its own stream of the seed (at most the "
+            "server's --max-batch)"},
+    {.name = "logprobs", .apis = WS | CMPL, .type = PARAM_OPT_INT, .lo = 0,
+     .hi = IFL_MAX_TOP_LOGPROBS, .off = F(logprobs), .has_off = F(want_logprobs),
+     .doc = "each generated token's log-probability, with this many of the most likely tokens "
+            "at its position (absent: none)"},
+    {.name = "logprobs", .apis = CHAT, .type = PARAM_BOOL, .off = F(want_logprobs),
+     .doc = "each generated token's log-probability in the choice's logprobs.content"},
+    {.name = "top_logprobs", .apis = CHAT, .type = PARAM_INT, .lo = 0,
+     .hi = IFL_MAX_TOP_LOGPROBS, .off = F(logprobs),
+     .doc = "with logprobs: this many of the most likely tokens at each position"},
+    {.name = "echo", .apis = CMPL, .type = PARAM_BOOL, .off = F(echo),
+     .doc = "the prompt's text (with logprobs: its tokens, each scored but the first) before "
+            "the completion; max_tokens 0 scores the prompt alone"},
+
     /* OpenAI's fields this server does not implement: their neutral values only */
-    {.name = "n", .apis = V1, .type = PARAM_NEUTRAL, .neutral = PARAM_NEUTRAL_NULL_ONE,
-     .doc = "one choice per request"},
     {.name = "best_of", .apis = CMPL, .type = PARAM_NEUTRAL, .neutral = PARAM_NEUTRAL_NULL_ONE,
      .doc = "one candidate per request"},
-    {.name = "logprobs", .apis = V1, .type = PARAM_NEUTRAL, .neutral = PARAM_NEUTRAL_NULL_FALSE,
-     .doc = "no log probabilities"},
-    {.name = "top_logprobs", .apis = CHAT, .type = PARAM_NEUTRAL,
-     .neutral = PARAM_NEUTRAL_NULL_ZERO, .doc = "no log probabilities"},
-    {.name = "echo", .apis = CMPL, .type = PARAM_NEUTRAL, .neutral = PARAM_NEUTRAL_NULL_FALSE,
-     .doc = "the prompt is not repeated in the answer"},
     {.name = "suffix", .apis = CMPL, .type = PARAM_NEUTRAL,
      .neutral = PARAM_NEUTRAL_NULL_EMPTY_STRING, .doc = "no text after the completion"},
     {.name = "response_format", .apis = CHAT, .type = PARAM_NEUTRAL,
@@ -143,6 +153,19 @@ static const char *const NEUTRAL_TEXT[] = {
     [PARAM_NEUTRAL_ANY_STRING] = "null or a string",
     [PARAM_NEUTRAL_ANY_OBJECT] = "null or an object",
 };
+
+const char *params_neutral_text(param_neutral k)
+{
+    return NEUTRAL_TEXT[k];
+}
+
+int params_first_of_name(int i)
+{
+    for (int k = 0; k < i; k++)
+        if (params_is_value(&PARAMS[k]) && !strcmp(PARAMS[k].name, PARAMS[i].name))
+            return 0;
+    return 1;
+}
 
 static int is_neutral(param_neutral k, const cJSON *v)
 {
@@ -278,12 +301,14 @@ static const char *type_name(const cJSON *v)
     return params_json_type(v);
 }
 
-/* A number of the row's type and range (hi from the server where it says so), into *out. */
-static int read_number(const cJSON *v, const param_def *d, const char *name,
+/* A number of the row's type and range (hi from the server where it says so; 0 too where the row's
+ * zero_apis has api), into *out. */
+static int read_number(const cJSON *v, const param_def *d, const char *name, param_api api,
                        const proto_limits *lim, double *out, proto_error *err)
 {
     int integer = d->type != PARAM_NUM;
-    double lo = d->lo, hi = params_hi(d, lim);
+    double lo = (d->zero_apis & api) && cJSON_IsNumber(v) && v->valuedouble == 0 ? 0 : d->lo;
+    double hi = params_hi(d, lim);
     if (!cJSON_IsNumber(v))
         return refuse(err, IFL_CODE_WRONG_TYPE, name, "field '%s' must be %s, not %s", name,
                       integer ? "an integer" : "a number", type_name(v));
@@ -421,17 +446,20 @@ static int read_value(const cJSON *v, const param_def *d, const char *name, para
     double x;
     switch (d->type) {
     case PARAM_INT:
-        if (read_number(v, d, name, lim, &x, err))
+    case PARAM_OPT_INT:
+        if (read_number(v, d, name, api, lim, &x, err))
             return -1;
         *(int32_t *)field = (int32_t)x;
+        if (d->type == PARAM_OPT_INT)
+            *(int *)((char *)p + d->has_off) = 1;
         return 0;
     case PARAM_NUM:
-        if (read_number(v, d, name, lim, &x, err))
+        if (read_number(v, d, name, api, lim, &x, err))
             return -1;
         *(double *)field = x;
         return 0;
     case PARAM_SEED:
-        if (read_number(v, d, name, lim, &x, err))
+        if (read_number(v, d, name, api, lim, &x, err))
             return -1;
         p->seed = (uint64_t)x;
         p->has_seed = 1;
@@ -449,6 +477,27 @@ static int read_value(const cJSON *v, const param_def *d, const char *name, para
     }
 }
 
+/* The checks between fields, once each is in its range. */
+static int cross_checks(param_api api, const req_params *p, proto_error *err)
+{
+    if (p->min_tokens > p->max_tokens)
+        return refuse(err, IFL_CODE_OUT_OF_RANGE, "min_tokens",
+                      "field 'min_tokens' is %d: must be at most max_tokens (%d)", p->min_tokens,
+                      p->max_tokens);
+    if (p->max_tokens == 0 && !p->echo)
+        return refuse(err, IFL_CODE_OUT_OF_RANGE, "max_tokens",
+                      "field 'max_tokens' is 0: allowed only with \"echo\": true (the prompt "
+                      "scored alone)");
+    if (p->max_tokens == 0 && p->n > 1)
+        return refuse(err, IFL_CODE_OUT_OF_RANGE, "n",
+                      "field 'n' is %d: max_tokens 0 scores the prompt once, so n must be 1",
+                      p->n);
+    if (api == PARAM_API_CHAT && p->logprobs > 0 && !p->want_logprobs)
+        return refuse(err, IFL_CODE_INVALID_REQUEST, "top_logprobs",
+                      "field 'top_logprobs' is %d: it needs \"logprobs\": true", p->logprobs);
+    return 0;
+}
+
 void params_set_defaults(req_params *p, const proto_limits *lim)
 {
     for (int i = 0; i < PARAMS_N; i++) {
@@ -456,6 +505,8 @@ void params_set_defaults(req_params *p, const proto_limits *lim)
         char *field = (char *)p + d->off;
         if (d->type == PARAM_INT)
             *(int32_t *)field = (int32_t)params_default(d, lim);
+        else if (d->type == PARAM_OPT_INT)
+            *(int32_t *)field = 0, *(int *)((char *)p + d->has_off) = 0;
         else if (d->type == PARAM_NUM)
             *(double *)field = params_default(d, lim);
         else if (d->type == PARAM_BOOL)
@@ -472,228 +523,17 @@ int params_parse(const cJSON *obj, param_api api, const proto_limits *lim, req_p
     {
         const char *name = f->string ? f->string : "";
         const param_def *d = params_find(name, api);
-        if (!d || (cJSON_IsNull(f) && (api & PARAM_API_V1))) /* OpenAI: null is the default */
-            continue;
+        if (!d || (cJSON_IsNull(f) && ((api & PARAM_API_V1) || d->type == PARAM_OPT_INT)))
+            continue; /* OpenAI: null is the default; an optional integer's null is none */
         if (strcmp(name, d->name) && cJSON_GetObjectItemCaseSensitive(obj, d->name))
             continue; /* an alias beside the name itself: the name wins */
         if (read_value(f, d, name, api, lim, p, err))
             return -1;
     }
-    if (p->min_tokens > p->max_tokens)
-        return refuse(err, IFL_CODE_OUT_OF_RANGE, "min_tokens",
-                      "field 'min_tokens' is %d: must be at most max_tokens (%d)", p->min_tokens,
-                      p->max_tokens);
+    if (cross_checks(api, p, err))
+        return -1;
+    p->from = api;
     err->param[0] = 0;
     return 0;
 }
 
-/* ---- writers ------------------------------------------------------------------------------------ */
-
-static const char *const TYPE_JSON[] = {
-    [PARAM_INT] = "int",          [PARAM_NUM] = "number",        [PARAM_BOOL] = "bool",
-    [PARAM_SEED] = "seed",        [PARAM_STOP] = "strings",      [PARAM_TOKEN_IDS] = "token_ids",
-    [PARAM_LOGIT_BIAS] = "logit_bias", [PARAM_FRONT] = "front", [PARAM_NEUTRAL] = "neutral",
-};
-
-/* A number for JSON: integers in full (2^53 - 1), others as the shortest of 9 digits. */
-static void put_num(strbuf *sb, double x)
-{
-    if (x == floor(x) && fabs(x) <= SEED_MAX)
-        sb_printf(sb, "%.0f", x);
-    else
-        sb_printf(sb, "%.9g", x);
-}
-
-static int is_value(const param_def *d)
-{
-    return d->type != PARAM_FRONT && d->type != PARAM_NEUTRAL;
-}
-
-/* The most items of a list parameter (0: not a list) and the bounds of its items. */
-static int max_items(const param_def *d)
-{
-    return d->type == PARAM_STOP         ? IFL_MAX_STOPS
-           : d->type == PARAM_TOKEN_IDS  ? IFL_MAX_STOP_IDS
-           : d->type == PARAM_LOGIT_BIAS ? IFL_MAX_LOGIT_BIAS
-                                         : 0;
-}
-
-void params_write_json(strbuf *sb, const proto_limits *lim)
-{
-    sb_puts(sb, "[");
-    int first = 1;
-    for (int i = 0; i < PARAMS_N; i++) {
-        const param_def *d = &PARAMS[i];
-        if (!is_value(d) || !(d->apis & PARAM_API_WS))
-            continue;
-        sb_printf(sb, "%s{\"name\":\"%s\",\"type\":\"%s\"", first ? "" : ",", d->name,
-                  TYPE_JSON[d->type]);
-        first = 0;
-        double hi = d->type == PARAM_TOKEN_IDS ? lim->n_vocab - 1 : params_hi(d, lim);
-        if (d->type != PARAM_BOOL && d->type != PARAM_STOP) {
-            sb_puts(sb, ",\"min\":");
-            put_num(sb, d->lo);
-            sb_puts(sb, ",\"max\":");
-            put_num(sb, hi);
-        }
-        if (d->lo_open)
-            sb_puts(sb, ",\"min_open\":true");
-        if (d->type == PARAM_INT || d->type == PARAM_NUM) {
-            sb_puts(sb, ",\"default\":");
-            put_num(sb, params_default(d, lim));
-        } else if (d->type == PARAM_BOOL)
-            sb_printf(sb, ",\"default\":%s", params_default(d, lim) ? "true" : "false");
-        if (max_items(d))
-            sb_printf(sb, ",\"max_items\":%d", max_items(d));
-        if (d->type == PARAM_STOP)
-            sb_printf(sb, ",\"max_bytes\":%d", IFL_MAX_STOP_BYTES);
-        sb_puts(sb, ",\"label\":");
-        sb_json_str(sb, d->label, strlen(d->label));
-        sb_puts(sb, ",\"doc\":");
-        sb_json_str(sb, d->doc, strlen(d->doc));
-        sb_puts(sb, "}");
-    }
-    sb_puts(sb, "]");
-}
-
-void params_write_server_defaults(strbuf *sb, const proto_limits *lim)
-{
-    for (int i = 0; i < PARAMS_N; i++) {
-        const param_def *d = &PARAMS[i];
-        if (d->def_from == PARAM_FIXED)
-            continue;
-        sb_printf(sb, ",\"%s\":", d->name);
-        put_num(sb, params_default(d, lim));
-    }
-}
-
-void params_log_json(strbuf *sb, const req_params *p, uint64_t seed)
-{
-    sb_puts(sb, "{");
-    for (int i = 0, first = 1; i < PARAMS_N; i++) {
-        const param_def *d = &PARAMS[i];
-        if (!is_value(d))
-            continue;
-        const char *field = (const char *)p + d->off;
-        sb_printf(sb, "%s\"%s\":", first ? "" : ",", d->name);
-        first = 0;
-        switch (d->type) {
-        case PARAM_INT: sb_printf(sb, "%d", (int)*(const int32_t *)field); break;
-        case PARAM_NUM: sb_printf(sb, "%.9g", *(const double *)field); break;
-        case PARAM_BOOL: sb_puts(sb, *(const int *)field ? "true" : "false"); break;
-        case PARAM_SEED: sb_printf(sb, "%llu", (unsigned long long)seed); break;
-        case PARAM_STOP:
-            sb_puts(sb, "[");
-            for (int k = 0; k < p->n_stop; k++) {
-                sb_puts(sb, k ? "," : "");
-                sb_json_str(sb, p->stop[k], strlen(p->stop[k]));
-            }
-            sb_puts(sb, "]");
-            break;
-        case PARAM_TOKEN_IDS:
-            sb_puts(sb, "[");
-            for (int k = 0; k < p->n_stop_ids; k++)
-                sb_printf(sb, "%s%d", k ? "," : "", (int)p->stop_ids[k]);
-            sb_puts(sb, "]");
-            break;
-        case PARAM_LOGIT_BIAS:
-            sb_puts(sb, "{");
-            for (int k = 0; k < p->n_logit_bias; k++)
-                sb_printf(sb, "%s\"%d\":%.9g", k ? "," : "", (int)p->logit_bias[k].id,
-                          (double)p->logit_bias[k].bias);
-            sb_puts(sb, "}");
-            break;
-        default: break;
-        }
-    }
-    sb_puts(sb, "}");
-}
-
-/* The range column of a row, in words. */
-static void md_range(strbuf *sb, const param_def *d, param_api api)
-{
-    const char *hi = d->hi_from == PARAM_FROM_MAX_TOKENS ? "the context - 1 (hello's `limits.max_tokens`)"
-                     : d->hi_from == PARAM_FROM_VOCAB    ? "the vocabulary's size"
-                                                         : NULL;
-    switch (d->type) {
-    case PARAM_INT:
-    case PARAM_SEED:
-        if (hi)
-            sb_printf(sb, "integer, %g to %s", d->lo, hi);
-        else
-            sb_printf(sb, "integer, %.17g to %.17g", d->lo, d->hi);
-        break;
-    case PARAM_NUM:
-        sb_printf(sb, "number, %s %g, at most %g", d->lo_open ? "above" : "from", d->lo, d->hi);
-        break;
-    case PARAM_BOOL: sb_puts(sb, "boolean"); break;
-    case PARAM_STOP:
-        sb_printf(sb, "%sarray of up to %d strings of 1 to %d bytes",
-                  api & PARAM_API_V1 ? "a string, or an " : "", IFL_MAX_STOPS, IFL_MAX_STOP_BYTES);
-        break;
-    case PARAM_TOKEN_IDS:
-        sb_printf(sb, "array of up to %d token ids", IFL_MAX_STOP_IDS);
-        break;
-    case PARAM_LOGIT_BIAS:
-        sb_printf(sb, "object of up to %d token ids (as strings): a number from %g to %g",
-                  IFL_MAX_LOGIT_BIAS, d->lo, d->hi);
-        break;
-    case PARAM_FRONT: sb_puts(sb, "see below"); break;
-    case PARAM_NEUTRAL: sb_printf(sb, "only %s", NEUTRAL_TEXT[d->neutral]); break;
-    }
-}
-
-static void md_default(strbuf *sb, const param_def *d)
-{
-    switch (d->def_from) {
-    case PARAM_FROM_DEF_MAX_TOKENS:
-        sb_printf(sb, "%d (`serve --max-tokens`)", IFL_DEFAULT_MAX_NEW_TOKENS);
-        return;
-    case PARAM_FROM_DEF_TEMPERATURE:
-        sb_printf(sb, "%g (`serve --temperature`)", IFL_DEFAULT_TEMPERATURE);
-        return;
-    case PARAM_FROM_DEF_TOP_K: sb_printf(sb, "%d (`serve --top-k`)", IFL_DEFAULT_TOP_K); return;
-    case PARAM_FROM_DEF_TOP_P: sb_printf(sb, "%g (`serve --top-p`)", IFL_DEFAULT_TOP_P); return;
-    default: break;
-    }
-    if (d->type == PARAM_INT || d->type == PARAM_NUM)
-        sb_printf(sb, "%g", d->def);
-    else if (d->type == PARAM_BOOL)
-        sb_puts(sb, d->def ? "true" : "false");
-    else if (d->type == PARAM_SEED)
-        sb_puts(sb, "drawn by the server");
-    else
-        sb_puts(sb, d->type == PARAM_FRONT || d->type == PARAM_NEUTRAL ? "" : "none");
-}
-
-/* "chat ", "completions ", ... (a row known to some of the APIs of one table). */
-static const char *api_words(unsigned apis)
-{
-    return apis == PARAM_API_CHAT          ? "chat: "
-           : apis == PARAM_API_COMPLETIONS ? "completions: "
-           : apis == PARAM_API_WS          ? "/ws: "
-           : apis == PARAM_API_V2          ? "/v2: "
-                                           : "";
-}
-
-void params_write_markdown(strbuf *sb, param_api api)
-{
-    sb_puts(sb, "| field | accepts | default | what it does |\n|---|---|---|---|\n");
-    for (int i = 0; i < PARAMS_N; i++) {
-        const param_def *d = &PARAMS[i];
-        if (!(d->apis & api) || d->type == PARAM_FRONT)
-            continue;
-        sb_printf(sb, "| `%s`", d->name);
-        if (d->alias && (d->alias_apis & api))
-            sb_printf(sb, " (%sor `%s`)", d->alias_apis == api ? "" : api_words(d->alias_apis),
-                      d->alias);
-        if ((d->apis & api) != api)
-            sb_printf(sb, " (%.*s only)", (int)strlen(api_words(d->apis & api)) - 2,
-                      api_words(d->apis & api));
-        sb_puts(sb, " | ");
-        md_range(sb, d, api);
-        sb_puts(sb, " | ");
-        md_default(sb, d);
-        sb_printf(sb, " | %s |\n", d->doc);
-    }
-}

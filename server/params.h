@@ -44,6 +44,8 @@ typedef enum {
     PARAM_NUM,        /* a number in [lo, hi] ((lo, hi] with lo_open) */
     PARAM_BOOL,       /* true or false */
     PARAM_SEED,       /* an integer in [lo, hi]; absent: the server draws one */
+    PARAM_OPT_INT,    /* an integer in [lo, hi], or absent (OpenAI: or null): then the int at
+                         has_off is 0 */
     PARAM_STOP,       /* up to IFL_MAX_STOPS strings of 1..IFL_MAX_STOP_BYTES bytes (OpenAI: also
                          one string, or null) */
     PARAM_TOKEN_IDS,  /* up to IFL_MAX_STOP_IDS token ids */
@@ -91,7 +93,11 @@ typedef struct {
     param_from def_from;
     size_t off;        /* the field in req_params (value types) */
     param_neutral neutral; /* PARAM_NEUTRAL */
-    const char *label; /* the page's label ("Top-p"); NULL: not on the page */
+    size_t has_off;        /* PARAM_OPT_INT: the int in req_params set to 1 when it is given */
+    unsigned zero_apis; /* PARAM_INT: 0 is also accepted in these APIs, below lo (max_tokens 0 with
+                           completions' echo: params_parse's cross-field checks decide) */
+    const char *label; /* the page's label ("Top-p"); NULL: not on the page (nor in the hello's
+                          "params": n and logprobs, which the page does not show) */
     const char *doc;   /* one line */
 } param_def;
 
@@ -103,6 +109,17 @@ extern const int PARAMS_N;
 int params_clip_len(const char *s, size_t max);
 /* "a string", "a number", ... for error messages. */
 const char *params_json_type(const struct cJSON *v);
+/* A value parameter's row (not the front end's own field, not a neutral one). */
+static inline int params_is_value(const param_def *d)
+{
+    return d->type != PARAM_FRONT && d->type != PARAM_NEUTRAL;
+}
+/* What a neutral kind accepts, in words ("null or 1"). */
+const char *params_neutral_text(param_neutral k);
+/* The first row named `name` among the value rows before row i (two rows may share a name in
+ * different APIs: chat's boolean logprobs beside completions' integer one): 1 when row i is the
+ * first of its name. */
+int params_first_of_name(int i);
 
 /* The row of name as api spells it (alias included), or NULL. */
 const param_def *params_find(const char *name, param_api api);
@@ -122,8 +139,9 @@ int params_check_fields(const struct cJSON *obj, param_api api, int front_ok, co
 
 /* The defaults into p, then every value field of obj that api knows, checked (each error names
  * the field, what it holds and what it must be; then the cross-field checks: min_tokens <=
- * max_tokens). Fields not known to api are left alone (params_check_fields refuses them).
- * 0 or -1 with *err. */
+ * max_tokens; max_tokens 0 only with echo and n 1; chat's top_logprobs only with logprobs true).
+ * Fields not known to api are left alone (params_check_fields refuses them). p->from is set to
+ * api. 0 or -1 with *err. */
 void params_set_defaults(req_params *p, const proto_limits *lim);
 int params_parse(const struct cJSON *obj, param_api api, const proto_limits *lim, req_params *p,
                  proto_error *err);
@@ -134,7 +152,8 @@ void params_write_json(strbuf *sb, const proto_limits *lim);
 /* ,"name":value for each parameter whose default is the server's (serve --max-tokens,
  * --temperature, --top-k, --top-p): the hello's "defaults". */
 void params_write_server_defaults(strbuf *sb, const proto_limits *lim);
-/* A request's parameters for the log: every value parameter p has, as JSON, seed the one used. */
+/* A request's parameters for the log: every value parameter of the API that parsed p (p->from;
+ * 0: every name once), as JSON, seed the one used. */
 void params_log_json(strbuf *sb, const req_params *p, uint64_t seed);
 /* The docs' table of the fields api knows (markdown), bounds from lim (NULL: as documented:
  * the server's own in words). */

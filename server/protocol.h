@@ -100,9 +100,13 @@ void proto_write_queued(strbuf *sb, const char *id, ifl_policy policy, uint64_t 
                         int32_t position);
 void proto_write_started(strbuf *sb, const char *id, ifl_policy policy, uint64_t rid,
                          int32_t prompt_tokens, int32_t cached_tokens, uint64_t seed);
-void proto_write_token(strbuf *sb, const char *id, int32_t index, int32_t token, const char *text,
-                       size_t len);
+/* A token: "choice" when the request has n_choices > 1, "logprob" and "top" when t->lp is set. */
+void proto_write_token(strbuf *sb, const char *id, const req_token *t, int32_t n_choices);
+/* "choice" when res->is_choice (the end of one choice of n > 1). */
 void proto_write_done(strbuf *sb, const char *id, const req_result *res);
+/* A log-probability as JSON: the float's shortest round trip (%.9g); null if not finite. The one
+ * format of every API's logprobs, so that /ws and /v1 give the same digits. */
+void proto_put_logprob(strbuf *sb, float x);
 /* id NULL: "id":null (the message had no readable id). */
 /* retry_after_ms > 0 adds "retry_after_ms" (queue_full's suggested wait) */
 void proto_write_error(strbuf *sb, const char *id, ifl_code code, const char *message,

@@ -1,6 +1,7 @@
 /* protocol_write.c: the server's frames of the protocol (protocol.h): one function per frame,
  * appending to a strbuf in the documented field order (docs/protocol.md; test_frames checks every
  * example there against these). */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -81,13 +82,33 @@ void proto_write_started(strbuf *sb, const char *id, ifl_policy policy, uint64_t
               (unsigned long long)seed);
 }
 
-void proto_write_token(strbuf *sb, const char *id, int32_t index, int32_t token, const char *text,
-                       size_t len)
+void proto_put_logprob(strbuf *sb, float x)
+{
+    if (isfinite(x))
+        sb_printf(sb, "%.9g", (double)x);
+    else
+        sb_puts(sb, "null");
+}
+
+void proto_write_token(strbuf *sb, const char *id, const req_token *t, int32_t n_choices)
 {
     sb_puts(sb, "{\"type\":\"token\"");
     put_id(sb, id);
-    sb_printf(sb, ",\"index\":%d,\"token\":%d,\"text\":", index, token);
-    sb_json_str(sb, text ? text : "", text ? len : 0);
+    if (n_choices > 1)
+        sb_printf(sb, ",\"choice\":%d", t->choice);
+    sb_printf(sb, ",\"index\":%d,\"token\":%d,\"text\":", t->index, t->token);
+    sb_json_str(sb, t->text ? t->text : "", t->text ? t->len : 0);
+    if (t->lp) {
+        sb_puts(sb, ",\"logprob\":");
+        proto_put_logprob(sb, t->lp->logprob);
+        sb_puts(sb, ",\"top\":[");
+        for (int32_t k = 0; k < t->lp->n_top; k++) {
+            sb_printf(sb, "%s[%d,", k ? "," : "", t->lp->top[k].token);
+            proto_put_logprob(sb, t->lp->top[k].logprob);
+            sb_puts(sb, "]");
+        }
+        sb_puts(sb, "]");
+    }
     sb_puts(sb, "}");
 }
 
@@ -95,6 +116,8 @@ void proto_write_done(strbuf *sb, const char *id, const req_result *res)
 {
     sb_puts(sb, "{\"type\":\"done\"");
     put_id(sb, id);
+    if (res->is_choice)
+        sb_printf(sb, ",\"choice\":%d", res->choice);
     sb_printf(sb,
               ",\"finish_reason\":\"%s\",\"usage\":{\"prompt_tokens\":%d,"
               "\"completion_tokens\":%d,\"cached_tokens\":%d},\"timing\":{\"queue_ms\":",

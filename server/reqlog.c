@@ -93,7 +93,7 @@ void reqlog_finished(reqlog *lg, const srv_req *r, const ifl_event *done, const 
     q.total_ms = res->total_ms;
     q.tokens_per_s = res->tokens_per_s;
     q.offsets_us = r->offsets;
-    q.n_offsets = r->offsets ? r->n_tokens : 0;
+    q.n_offsets = r->offsets ? r->n_logged : 0; /* choice 0's tokens */
     ifl_dblog_request_done(lg->db, &q);
 }
 

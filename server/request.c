@@ -106,6 +106,9 @@ static void req_free(srv_req *r)
     free(r->params);
     sb_free(&r->completion);
     free(r->offsets);
+    free(r->prompt_ids);
+    free(r->done);
+    free(r->done_msg);
     free(r);
 }
 
@@ -205,6 +208,15 @@ static int tokenize(req_layer *L, req_owner *o, srv_req *r, const req_params *p,
         return -1;
     }
     r->prompt_tokens = (int32_t)ids->n;
+    if (r->echo && ids->n) { /* the answer's first tokens */
+        r->prompt_ids = malloc(ids->n * sizeof *r->prompt_ids);
+        if (!r->prompt_ids) {
+            ifl_tokens_free(ids);
+            refuse(L, o, r, IFL_CODE_OUT_OF_MEMORY, "no memory for the prompt");
+            return -1;
+        }
+        memcpy(r->prompt_ids, ids->ids, ids->n * sizeof *r->prompt_ids);
+    }
     int32_t n_ctx = L->rt->model.cfg.n_ctx;
     if ((int64_t)ids->n + r->max_tokens > n_ctx) {
         snprintf(msg, sizeof msg,
@@ -231,7 +243,19 @@ static srv_req *req_new(req_layer *L, req_owner *o, req_params *p, uint64_t t_ar
     r->prompt_tokens = -1;
     memcpy(r->conversation, p->conversation, sizeof r->conversation);
     r->max_tokens = p->max_tokens;
+    r->n_choices = p->n > 1 ? p->n : 1;
+    r->logprobs = req_logprobs(p);
+    r->echo = p->echo;
+    r->score_prompt = p->echo && (r->logprobs >= 0 || p->max_tokens == 0);
+    r->prompt_next = 1;
+    r->prompt_index = p->prompt_index;
     r->t_arrival = t_arrival;
+    r->done = calloc((size_t)r->n_choices, sizeof *r->done);
+    r->done_msg = calloc((size_t)r->n_choices, sizeof *r->done_msg);
+    if (!r->done || !r->done_msg) {
+        req_free(r);
+        return NULL;
+    }
     sb_init(&r->completion, 0);
     r->params = reqlog_params_json(p, r->seed); /* NULL (out of memory): logged as {} */
     return r;
@@ -281,6 +305,10 @@ srv_req *req_submit(req_layer *L, req_owner *o, req_params *p, uint64_t t_arriva
                              .seed = r->seed,
                              .ignore_eos = p->ignore_eos,
                              .n_stop = p->n_stop,
+                             .n_choices = r->n_choices,
+                             .logprobs = r->logprobs >= 0,
+                             .prompt_logprobs = r->score_prompt,
+                             .top_logprobs = r->logprobs > 0 ? r->logprobs : 0,
                              .user = r};
     for (int i = 0; i < p->n_stop; i++)
         rp.stop[i] = p->stop[i];
@@ -330,9 +358,9 @@ static void lose(req_layer *L, srv_req *r)
 /* Keeps the token's arrival and text for the log; out of memory loses the offsets, not tokens. */
 static void record_token(req_layer *L, srv_req *r, const bridge_item *it)
 {
-    if (!L->log->db)
-        return;
-    if (r->n_tokens == r->cap_offsets) {
+    if (!L->log->db || it->ev.choice != 0)
+        return; /* the log keeps choice 0's text (docs/http-api.md) */
+    if (r->n_logged == r->cap_offsets) {
         int32_t cap = r->cap_offsets ? 2 * r->cap_offsets : 64;
         uint32_t *o = realloc(r->offsets, (size_t)cap * sizeof *o);
         if (o) {
@@ -340,23 +368,26 @@ static void record_token(req_layer *L, srv_req *r, const bridge_item *it)
             r->cap_offsets = cap;
         }
     }
-    if (r->n_tokens < r->cap_offsets) {
+    if (r->n_logged < r->cap_offsets) {
         uint64_t d = it->stamp > r->t_arrival ? it->stamp - r->t_arrival : 0;
-        r->offsets[r->n_tokens] = d > UINT32_MAX ? UINT32_MAX : (uint32_t)d;
+        r->offsets[r->n_logged] = d > UINT32_MAX ? UINT32_MAX : (uint32_t)d;
     } else {
         free(r->offsets); /* out of memory: log no offsets rather than wrong ones */
         r->offsets = NULL;
         r->cap_offsets = -1;
     }
     sb_append(&r->completion, it->ev.text, it->ev.text_len);
+    r->n_logged++;
 }
 
 static void on_token(req_layer *L, srv_req *r, const bridge_item *it)
 {
     const ifl_event *ev = &it->ev;
     int pol = (int)r->policy;
-    if (ev->index != r->n_tokens)
-        lose(L, r); /* an earlier token's item could not be allocated */
+    int32_t c = ev->choice;
+    if (c < 0 || c >= r->n_choices || ev->index != r->choice_tokens[c] ||
+        (r->score_prompt && r->prompt_next != r->prompt_tokens))
+        lose(L, r); /* an earlier event's item could not be allocated */
     if (r->lost)
         return;
     if (r->n_tokens == 0) {
@@ -369,17 +400,40 @@ static void on_token(req_layer *L, srv_req *r, const bridge_item *it)
     r->t_last = it->stamp;
     record_token(L, r, it);
     r->n_tokens++;
+    r->choice_tokens[c]++;
     L->m->tokens[pol]++;
     L->m->api_tokens[r->api]++;
+    req_token t = {.choice = c,
+                   .index = ev->index,
+                   .token = ev->token,
+                   .text = ev->text,
+                   .len = ev->text_len,
+                   .lp = r->logprobs >= 0 ? ev->lp : NULL};
     if (r->owner)
-        r->owner->sink->token(r->owner->fe, r, ev->index, ev->token, ev->text, ev->text_len);
+        r->owner->sink->token(r->owner->fe, r, &t);
 }
 
+/* Prompt scores: passed on in order, a gap (a lost item) stops the request. */
+static void on_prompt(req_layer *L, srv_req *r, const bridge_item *it)
+{
+    const ifl_event *ev = &it->ev;
+    if (ev->index != r->prompt_next || ev->n_lp < 0 || ev->n_lp > r->prompt_tokens - ev->index)
+        lose(L, r);
+    if (r->lost)
+        return;
+    r->prompt_next += ev->n_lp;
+    if (r->owner && r->owner->sink->prompt && r->echo && r->logprobs >= 0)
+        r->owner->sink->prompt(r->owner->fe, r, ev->index, ev->lp, ev->n_lp);
+}
+
+/* One choice's end: its own counts and times. */
 static void result_of(const srv_req *r, const bridge_item *it, req_result *res)
 {
     const ifl_event *ev = &it->ev;
     uint64_t t_end = ev->t_finished ? ev->t_finished : it->stamp;
+    int32_t c = ev->choice >= 0 && ev->choice < r->n_choices ? ev->choice : 0;
     memset(res, 0, sizeof *res);
+    res->choice = c;
     res->finish = ev->finish;
     res->prompt_tokens = ev->prompt_tokens;
     res->completion_tokens = ev->completion_tokens;
@@ -392,11 +446,39 @@ static void result_of(const srv_req *r, const bridge_item *it, req_result *res)
                             : 0;
     res->message = ev->message;
     res->code = IFL_CODE_ENGINE_ERROR;
-    if (r->lost || r->n_tokens != ev->completion_tokens) {
+    int ended = ev->finish != IFL_FINISH_ERROR && ev->finish != IFL_FINISH_CANCELLED;
+    if (r->lost || r->choice_tokens[c] != ev->completion_tokens ||
+        (ended && r->score_prompt && r->prompt_next != r->prompt_tokens)) {
         res->finish = IFL_FINISH_ERROR;
         res->code = IFL_CODE_OUT_OF_MEMORY;
         res->message = "out of memory: a token could not be passed on, so the request was stopped";
     }
+}
+
+/* A choice's end into the request's sum (request.h: req_result.is_choice). */
+static void sum_choice(srv_req *r, const req_result *res, const ifl_event *ev)
+{
+    req_result *s = &r->sum;
+    int32_t tokens = s->completion_tokens + res->completion_tokens;
+    int keep = r->n_done > 0 &&
+               (s->finish == IFL_FINISH_ERROR ||
+                (s->finish == IFL_FINISH_CANCELLED && res->finish != IFL_FINISH_ERROR) ||
+                (res->finish != IFL_FINISH_ERROR && res->finish != IFL_FINISH_CANCELLED));
+    if (!keep) { /* choice 0's, or the first error or cancel: its finish and message */
+        ifl_finish f = res->finish;
+        ifl_code code = res->code;
+        const char *msg = res->message;
+        *s = *res;
+        s->finish = f, s->code = code, s->message = msg;
+    }
+    s->completion_tokens = tokens;
+    s->total_ms = res->total_ms; /* the last choice's end is the request's */
+    s->tokens_per_s = res->tokens_per_s;
+    if (ev->t_first_token && (!r->t_first_token || ev->t_first_token < r->t_first_token))
+        r->t_first_token = ev->t_first_token;
+    s->ttft_ms = r->t_first_token ? ms_between(r->t_arrival, r->t_first_token) : -1;
+    s->is_choice = 0;
+    s->choice = 0;
 }
 
 static void on_done(req_layer *L, srv_req *r, const bridge_item *it)
@@ -404,13 +486,24 @@ static void on_done(req_layer *L, srv_req *r, const bridge_item *it)
     int pol = (int)r->policy;
     req_result res;
     result_of(r, it, &res);
+    sum_choice(r, &res, &it->ev);
+    r->n_done++;
+    if (r->n_choices > 1 && r->owner && r->owner->sink->choice_done) {
+        res.is_choice = 1;
+        r->owner->sink->choice_done(r->owner->fe, r, &res);
+    }
+    if (r->n_done < r->n_choices)
+        return; /* the other choices' ends are still to come */
+    res = r->sum;
+    ifl_event last = it->ev; /* the log's stamps: the first token of any choice */
+    last.t_first_token = r->t_first_token;
     L->m->requests[pol][(int)res.finish < METRICS_N_FINISH ? (int)res.finish : 0]++;
     L->m->api_requests[r->api][(int)res.finish < METRICS_N_FINISH ? (int)res.finish : 0]++;
     metrics_hist_observe(&L->m->e2e[pol], res.total_ms / 1e3);
     metrics_hist_observe(&L->m->api_e2e[r->api], res.total_ms / 1e3);
     if (res.finish == IFL_FINISH_ERROR)
         metrics_count_error(L->m, res.code);
-    reqlog_finished(L->log, r, &it->ev, &res, !r->owner);
+    reqlog_finished(L->log, r, &last, &res, !r->owner);
     req_owner *o = r->owner;
     if (o) {
         owner_remove(o, r);
@@ -436,8 +529,9 @@ void req_handle_event(req_layer *L, const bridge_item *it)
         if (r->owner)
             r->owner->sink->started(r->owner->fe, r);
         break;
+    case IFL_EV_PROMPT: on_prompt(L, r, it); break;
     case IFL_EV_TOKEN: on_token(L, r, it); break;
-    case IFL_EV_DONE: on_done(L, r, it); break; /* frees r, and the item with it */
+    case IFL_EV_DONE: on_done(L, r, it); break; /* the last frees r, and the items with it */
     }
 }
 
@@ -452,36 +546,62 @@ void req_handle_step(req_layer *L, const ifl_step_record *st)
 
 /* ---- the batchers' callbacks (batcher threads) ---------------------------------------------- */
 
+/* A done event into its choice's item, which lives in the request (no allocation). */
+static bridge_item *done_item(srv_req *r, const ifl_event *ev)
+{
+    int32_t c = ev->choice >= 0 && ev->choice < r->n_choices ? ev->choice : 0;
+    bridge_item *it = &r->done[c];
+    memset(it, 0, sizeof *it);
+    it->kind = BRIDGE_EVENT;
+    it->embedded = 1;
+    it->ev = *ev;
+    it->ev.text = NULL;
+    it->ev.message = NULL;
+    it->ev.lp = NULL;
+    if (ev->message) {
+        snprintf(r->done_msg[c], sizeof r->done_msg[c], "%s", ev->message);
+        it->ev.message = r->done_msg[c];
+    }
+    return it;
+}
+
+/* Another event, with copies of what it points to (valid only during the callback): its
+ * logprob entries (a token's one, a prompt event's n_lp) first, then its text. */
+static bridge_item *event_item(const ifl_event *ev)
+{
+    size_t n_lp = ev->type == IFL_EV_PROMPT && ev->n_lp > 0 ? (size_t)ev->n_lp
+                  : ev->type == IFL_EV_TOKEN && ev->lp    ? 1
+                                                          : 0;
+    if (!ev->lp)
+        n_lp = 0;
+    size_t tl = ev->type == IFL_EV_TOKEN ? ev->text_len : 0;
+    size_t lp_bytes = n_lp * sizeof(ifl_logprob);
+    bridge_item *it = bridge_item_new(BRIDGE_EVENT, lp_bytes + tl + 1);
+    if (!it)
+        return NULL;
+    it->ev = *ev;
+    it->ev.message = NULL;
+    it->ev.lp = NULL;
+    if (n_lp) {
+        memcpy(it->data, ev->lp, lp_bytes);
+        it->ev.lp = (const ifl_logprob *)(void *)it->data;
+    }
+    char *text = it->data + lp_bytes;
+    if (tl)
+        memcpy(text, ev->text, tl);
+    text[tl] = 0;
+    it->ev.text = text;
+    it->ev.text_len = tl;
+    return it;
+}
+
 void req_batcher_event(void *ud, const ifl_event *ev)
 {
     req_layer *L = ud;
     srv_req *r = ev->user;
-    bridge_item *it;
-    if (ev->type == IFL_EV_DONE) {
-        it = &r->done;
-        memset(it, 0, sizeof *it);
-        it->kind = BRIDGE_EVENT;
-        it->embedded = 1;
-        it->ev = *ev;
-        it->ev.text = NULL;
-        it->ev.message = NULL;
-        if (ev->message) {
-            snprintf(r->done_msg, sizeof r->done_msg, "%s", ev->message);
-            it->ev.message = r->done_msg;
-        }
-    } else {
-        size_t tl = ev->type == IFL_EV_TOKEN ? ev->text_len : 0;
-        it = bridge_item_new(BRIDGE_EVENT, tl + 1);
-        if (!it)
-            return; /* out of memory: the service thread sees the gap (see the top) */
-        it->ev = *ev;
-        it->ev.message = NULL;
-        if (tl)
-            memcpy(it->data, ev->text, tl);
-        it->data[tl] = 0;
-        it->ev.text = it->data;
-        it->ev.text_len = tl;
-    }
+    bridge_item *it = ev->type == IFL_EV_DONE ? done_item(r, ev) : event_item(ev);
+    if (!it)
+        return; /* out of memory: the service thread sees the gap (see the top) */
     bridge_push(L->bridge, it);
 }
 

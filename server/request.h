@@ -26,6 +26,7 @@
 #include "dblog.h"
 #include "logit_adj.h"
 #include "metrics.h"
+#include "params.h"
 #include "strbuf.h"
 #include "tokenizer.h"
 
@@ -34,6 +35,14 @@
 #define REQ_SESSION_HEX 17 /* bytes of a session id in hex (req_session_hex), with the NUL */
 #define REQ_PEER_BYTES 16 /* a client's address as the log's refusal budget keys it (reqlog.h) */
 
+
+/* One prompt of OpenAI's batch: its text (heap, NUL-terminated), or its token ids (heap). */
+typedef struct {
+    char *text;
+    size_t len;
+    int32_t *ids;
+    int32_t n_ids;
+} req_prompt;
 
 /* What a front end parsed: the parameters of one generation, defaults filled in. The value
  * parameters (max_tokens .. ignore_eos) are the rows of the parameter table (params.h), which
@@ -60,11 +69,32 @@ typedef struct req_params {
     int32_t stop_ids[IFL_MAX_STOP_IDS];
     int n_logit_bias;
     ifl_logit_bias logit_bias[IFL_MAX_LOGIT_BIAS];
+    int32_t n;             /* choices of the prompt, 1 .. IFL_MAX_CHOICES */
+    int want_logprobs;     /* each token's logprob (completions', /ws' logprobs given; chat's
+                              logprobs true) */
+    int32_t logprobs;      /* with it, this many best tokens at each position (0 .. 20;
+                              completions' logprobs, chat's top_logprobs) */
+    int echo;              /* completions: the prompt (and with logprobs its scores) first */
+    param_api from;        /* the API whose parser read these (the log's rows, params.h) */
     char conversation[REQ_MAX_CONV + 1]; /* the client's conversation id ("": none), logged */
+    /* OpenAI's batch (a list of prompts): one request each, submitted by the front end (the
+     * batch is its own: req_submit reads prompt / prompt_ids); prompt_index is this one's place,
+     * its choices' index prompt_index * n + choice. */
+    int32_t prompt_index;
 } req_params;
 
-/* A finished request, as every front end reports it. */
+/* The best tokens per logprob entry a request asks for; -1: no logprobs. */
+static inline int32_t req_logprobs(const req_params *p)
+{
+    return p->want_logprobs ? p->logprobs : -1;
+}
+
+/* A finished request (or with n > 1, one of its choices), as every front end reports it. */
 typedef struct {
+    int is_choice;  /* 1: the end of choice `choice` of a request of n > 1 (choice_done); 0: the
+                       request's end (with n > 1: usage summed over the choices, finish the first
+                       of error and cancelled among them, else choice 0's) */
+    int32_t choice;
     ifl_finish finish;
     int32_t prompt_tokens, completion_tokens;
     int32_t cached_tokens; /* of the prompt, found in the prefix cache */
@@ -76,6 +106,16 @@ typedef struct {
     const char *message;   /* finish error: why, else NULL */
 } req_result;
 
+/* One generated token, as the sink is told it. */
+typedef struct {
+    int32_t choice; /* 0 .. n - 1 */
+    int32_t index;  /* 0, 1, ... within its choice */
+    int32_t token;
+    const char *text; /* newly released text (valid UTF-8, may be empty) */
+    size_t len;
+    const ifl_logprob *lp; /* with logprobs: its entry (logprobs.h); else NULL */
+} req_token;
+
 typedef struct srv_req srv_req;
 typedef struct req_owner req_owner;
 typedef struct reqlog reqlog; /* reqlog.h */
@@ -85,8 +125,12 @@ struct ifl_runtime;           /* runtime.h */
 typedef struct {
     void (*queued)(void *fe, const srv_req *r, int32_t position);
     void (*started)(void *fe, const srv_req *r);
-    void (*token)(void *fe, const srv_req *r, int32_t index, int32_t token, const char *text,
-                  size_t len);
+    void (*token)(void *fe, const srv_req *r, const req_token *t);
+    /* echo with logprobs: the prompt's positions [index, index + n) scored (index >= 1; in order,
+     * after started and before any token). NULL: never asked for. */
+    void (*prompt)(void *fe, const srv_req *r, int32_t index, const ifl_logprob *lp, int32_t n);
+    /* n > 1: choice res->choice ended (res->is_choice); the request's done follows the last */
+    void (*choice_done)(void *fe, const srv_req *r, const req_result *res);
     void (*done)(void *fe, const srv_req *r, const req_result *res); /* r is freed after this */
     /* a request refused (id is its id) or a message that failed: id NULL when unknown;
      * retry_after_ms > 0: the suggested wait before trying again (queue_full) */
@@ -126,18 +170,32 @@ struct srv_req {
     int32_t cached_tokens;               /* of them, found in the prefix cache (set when started) */
     char conversation[REQ_MAX_CONV + 1]; /* the client's ("": none) */
     int32_t max_tokens;
+    int32_t n_choices;   /* 1 .. IFL_MAX_CHOICES */
+    int32_t logprobs;    /* -1: none, else the best tokens per entry */
+    int echo;            /* the prompt goes first in the answer */
+    int score_prompt;    /* the engine scores the prompt (prompt events come) */
+    int32_t prompt_index; /* in its front end's batch (req_params) */
+    int32_t *prompt_ids; /* with echo: the prompt's tokens (prompt_tokens of them); else NULL */
     uint64_t t_arrival, t_first, t_last; /* monotonic us */
-    int32_t n_tokens;                    /* token events received */
-    int lost;                            /* a token event was lost (out of memory): stopped */
+    int32_t n_tokens;                    /* token events received, all choices */
+    int32_t choice_tokens[IFL_MAX_CHOICES]; /* of them, per choice */
+    int32_t prompt_next; /* score_prompt: the next prompt position an event must bring */
+    int lost;            /* an event was lost (out of memory): stopped */
+    /* the choices' ends so far (n_choices > 1) */
+    int32_t n_done;
+    req_result sum;      /* usage summed, the finish that wins, the first first-token */
+    uint64_t t_first_token; /* the earliest choice's first token (engine's stamp), 0: none */
     /* for the request log */
     char *prompt; /* copy, only with a database */
     size_t prompt_len;
     char *params;      /* JSON (params_log_json), heap; NULL: "{}" */
-    strbuf completion; /* the token texts */
-    uint32_t *offsets; /* (n_tokens) us after t_arrival */
+    strbuf completion; /* choice 0's token texts */
+    uint32_t *offsets; /* (n_logged) us after t_arrival, choice 0's tokens */
+    int32_t n_logged;
     int32_t cap_offsets;
-    bridge_item done;           /* the done event's queue item: it needs no allocation */
-    char done_msg[IFL_ERR_MAX]; /* its message (finish error) */
+    bridge_item *done;     /* (n_choices) the done events' queue items, allocated with the request:
+                              a done needs no allocation when it comes */
+    char (*done_msg)[IFL_ERR_MAX]; /* (n_choices) their messages (finish error) */
 };
 
 typedef struct {

@@ -112,16 +112,16 @@ static void sink_started(void *fe, const srv_req *r)
     send_frame(c->srv, c, &sb);
 }
 
-static void sink_token(void *fe, const srv_req *r, int32_t index, int32_t token, const char *text,
-                       size_t len)
+static void sink_token(void *fe, const srv_req *r, const req_token *t)
 {
     srv_conn *c = fe;
     strbuf sb;
     sb_init(&sb, LWS_PRE);
-    proto_write_token(&sb, r->id, index, token, text, len);
+    proto_write_token(&sb, r->id, t, r->n_choices);
     send_frame(c->srv, c, &sb);
 }
 
+/* A choice's end (n > 1) and the request's: the same frame, with "choice" for the first. */
 static void sink_done(void *fe, const srv_req *r, const req_result *res)
 {
     srv_conn *c = fe;
@@ -144,6 +144,7 @@ static void sink_error(void *fe, const char *id, ifl_code code, const char *mess
 static const req_sink WS_SINK = {.queued = sink_queued,
                                  .started = sink_started,
                                  .token = sink_token,
+                                 .choice_done = sink_done,
                                  .done = sink_done,
                                  .error = sink_error};
 

@@ -58,7 +58,7 @@ static LOG_MAYBE_UNUSED ifl_batcher *start(ifl_backend *be, ifl_policy pol, int3
     return b;
 }
 
-static uint64_t submit(ifl_batcher *b, uint64_t session, const int32_t *prompt, int32_t n,
+static LOG_MAYBE_UNUSED uint64_t submit(ifl_batcher *b, uint64_t session, const int32_t *prompt, int32_t n,
                        int32_t max_tokens, float temperature, uint64_t seed, int n_stop,
                        const char **stop)
 {

@@ -16,6 +16,7 @@
 typedef struct {
     ifl_event ev;
     char *text;   /* copy of ev.text */
+    ifl_logprob *lp; /* copy of ev.lp (one entry for a token, n_lp for a prompt event) */
     uint64_t seq; /* global order of arrival */
 } logged;
 
@@ -49,6 +50,13 @@ static void on_event(void *ud, const ifl_event *ev)
     }
     l->ev.text = l->text;
     l->ev.message = NULL;
+    l->lp = NULL;
+    size_t n_lp = ev->type == IFL_EV_PROMPT ? (size_t)ev->n_lp : 1;
+    if (ev->lp) {
+        l->lp = malloc(n_lp * sizeof *l->lp);
+        memcpy(l->lp, ev->lp, n_lp * sizeof *l->lp);
+    }
+    l->ev.lp = l->lp;
     l->seq = n_log++;
     pthread_cond_broadcast(&log_cond);
     pthread_mutex_unlock(&log_lock);
@@ -76,8 +84,10 @@ static void on_step(void *ud, const ifl_step_record *r)
 static void log_clear(void)
 {
     pthread_mutex_lock(&log_lock);
-    for (size_t i = 0; i < n_log; i++)
+    for (size_t i = 0; i < n_log; i++) {
         free(evlog[i].text);
+        free(evlog[i].lp);
+    }
     n_log = 0;
     for (size_t i = 0; i < n_steps; i++) {
         free(step_ids[i]);
@@ -128,7 +138,7 @@ static LOG_MAYBE_UNUSED long event_seq(uint64_t id, ifl_event_type t, int k)
 
 /* The tokens and text of a finished request, checked for shape: queued first, started once,
  * tokens 0..n-1 in order, one done last. Returns the token count. */
-static int collect(uint64_t id, int32_t *ids, int cap, char *text, size_t text_cap, ifl_event *done)
+static LOG_MAYBE_UNUSED int collect(uint64_t id, int32_t *ids, int cap, char *text, size_t text_cap, ifl_event *done)
 {
     int n_tok = 0, n_done = 0, n_started = 0, bad_order = 0, seen_queued = 0;
     size_t tl = 0;
@@ -162,6 +172,9 @@ static int collect(uint64_t id, int32_t *ids, int cap, char *text, size_t text_c
             n_done++;
             if (done)
                 *done = *e;
+            break;
+        case IFL_EV_PROMPT:
+            bad_order |= n_tok || n_done || !n_started;
             break;
         }
     }

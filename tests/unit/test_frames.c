@@ -142,7 +142,9 @@ static void check_done(const cJSON *ex)
     if (!u || !t)
         return;
     const cJSON *ttft = obj(t, "ttft_ms");
-    req_result res = {.finish = finish_of(str(ex, "finish_reason")),
+    req_result res = {.is_choice = obj(ex, "choice") != NULL,
+                      .choice = (int32_t)num(ex, "choice"),
+                      .finish = finish_of(str(ex, "finish_reason")),
                       .prompt_tokens = (int32_t)num(u, "prompt_tokens"),
                       .completion_tokens = (int32_t)num(u, "completion_tokens"),
                       .cached_tokens = (int32_t)num(u, "cached_tokens"),
@@ -211,8 +213,22 @@ static void check_server_frame(const cJSON *ex, const char *type)
         expect_frame(ex, type, &sb);
     } else if (!strcmp(type, "token")) {
         const char *text = str(ex, "text");
-        proto_write_token(&sb, id, (int32_t)num(ex, "index"), (int32_t)num(ex, "token"), text,
-                          text ? strlen(text) : 0);
+        ifl_logprob lp = {.token = (int32_t)num(ex, "token"), .logprob = (float)num(ex, "logprob")};
+        const cJSON *top = obj(ex, "top"), *pair;
+        cJSON_ArrayForEach(pair, top) /* [[id, logprob], ...] */
+        {
+            if (lp.n_top < IFL_MAX_TOP_LOGPROBS)
+                lp.top[lp.n_top++] = (ifl_token_logprob){
+                    .token = (int32_t)cJSON_GetArrayItem(pair, 0)->valuedouble,
+                    .logprob = (float)cJSON_GetArrayItem(pair, 1)->valuedouble};
+        }
+        req_token t = {.choice = (int32_t)num(ex, "choice"),
+                       .index = (int32_t)num(ex, "index"),
+                       .token = (int32_t)num(ex, "token"),
+                       .text = text,
+                       .len = text ? strlen(text) : 0,
+                       .lp = obj(ex, "logprob") ? &lp : NULL};
+        proto_write_token(&sb, id, &t, obj(ex, "choice") ? 2 : 1);
         expect_frame(ex, type, &sb);
     } else if (!strcmp(type, "done")) {
         sb_free(&sb);

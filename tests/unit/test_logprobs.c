@@ -1,7 +1,7 @@
 /* test_logprobs.c: a row's log-softmax (logprobs.h) against a float64 computation of the same
  * float row: random rows of small and GPT-2-sized vocabularies at ordinary and large magnitudes,
  * rows with -inf entries, exp's whole range (rows of one 0 and entries d <= 0), ties (to the lower
- * id), and n_top 0 and 20.
+ * id), and n_top 0 and 20, on each kernel family (whose exp the sum uses; INFLIGHT_ISA picks it).
  * The float result carries the rounding of raw - lse in float: the bound is 1e-5 plus two float
  * epsilons of the operands' magnitudes (nothing at ordinary magnitudes, ~1e-3 at +-1e4). */
 #include <float.h>
@@ -135,6 +135,7 @@ static void special_rows(ifl_rng *r, float *row)
 
 int main(void)
 {
+    test_select_isa("test_logprobs"); /* the exp of the sum is the kernel family's */
     float *row = test_xmalloc(50257 * sizeof *row);
     ifl_rng r;
     ifl_rng_seed(&r, 2024);

@@ -52,8 +52,13 @@ static outcome parse_with(param_api api, const char *name, const char *value, in
     };
     int k = api == PARAM_API_WS ? 0 : api == PARAM_API_COMPLETIONS ? 1 : api == PARAM_API_CHAT ? 2 : 3;
     char text[4096];
-    snprintf(text, sizeof text, in_params ? "%s,\"parameters\":{\"%s\":%s}}" : "%s,\"%s\":%s}",
-             base[k], name, value);
+    /* chat's top_logprobs needs logprobs true beside it (params_parse's cross-field check) */
+    const char *with = api == PARAM_API_CHAT && !strcmp(name, "top_logprobs")
+                           ? ",\"logprobs\":true"
+                           : "";
+    snprintf(text, sizeof text,
+             in_params ? "%s%s,\"parameters\":{\"%s\":%s}}" : "%s%s,\"%s\":%s}", base[k], with,
+             name, value);
     outcome o;
     memset(&o, 0, sizeof o);
     if (api == PARAM_API_WS) {
@@ -106,6 +111,7 @@ static samples samples_of(const param_def *d)
     double hi = d->type == PARAM_TOKEN_IDS ? LIM.n_vocab - 1 : params_hi(d, &LIM);
     switch (d->type) {
     case PARAM_INT:
+    case PARAM_OPT_INT:
     case PARAM_SEED:
         snprintf(s.ok, sizeof s.ok, "%.0f", d->lo + 1);
         snprintf(s.above, sizeof s.above, "%.0f", hi + 1);
@@ -251,6 +257,38 @@ static void walk_table(void)
     o = parse_with(PARAM_API_COMPLETIONS, "temperature", "null", 0);
     CHECKF(o.rc == 0 && o.p.temperature == LIM.def_temperature, "completions: null temperature");
     expect_refused(PARAM_API_WS, "temperature", "null", 0, IFL_CODE_WRONG_TYPE, "ws");
+    /* scoring: max_tokens 0 only with echo (and n 1), top_logprobs only with logprobs */
+    o = parse_with(PARAM_API_COMPLETIONS, "max_tokens", "0,\"echo\":true,\"logprobs\":2", 0);
+    CHECKF(o.rc == 0 && o.p.max_tokens == 0 && o.p.echo && req_logprobs(&o.p) == 2,
+           "completions: max_tokens 0 with echo: %s", o.e.message);
+    expect_refused(PARAM_API_COMPLETIONS, "max_tokens", "0", 0, IFL_CODE_OUT_OF_RANGE,
+                   "completions");
+    expect_refused(PARAM_API_WS, "max_tokens", "0", 0, IFL_CODE_OUT_OF_RANGE, "ws");
+    expect_refused(PARAM_API_COMPLETIONS, "n", "2,\"echo\":true,\"max_tokens\":0", 0,
+                   IFL_CODE_OUT_OF_RANGE, "completions");
+    o = parse_with(PARAM_API_CHAT, "logprobs", "false", 0);
+    CHECKF(o.rc == 0 && req_logprobs(&o.p) == -1, "chat: logprobs false");
+    o = parse_with(PARAM_API_COMPLETIONS, "logprobs", "null", 0);
+    CHECKF(o.rc == 0 && req_logprobs(&o.p) == -1, "completions: logprobs null");
+    o = parse_with(PARAM_API_COMPLETIONS, "logprobs", "0", 0);
+    CHECKF(o.rc == 0 && req_logprobs(&o.p) == 0, "completions: logprobs 0 is the tokens' own");
+    o = parse_with(PARAM_API_CHAT, "top_logprobs", "0", 0); /* (with logprobs true) */
+    CHECKF(o.rc == 0 && req_logprobs(&o.p) == 0, "chat: logprobs true, top_logprobs 0");
+    o = parse_with(PARAM_API_CHAT, "seed", "1", 0);
+    CHECKF(o.rc == 0 && req_logprobs(&o.p) == -1, "chat: no logprobs by default");
+    {
+        outcome t = {0};
+        const char *body = "{\"model\":\"iterative\",\"messages\":[{\"role\":\"user\","
+                           "\"content\":\"x\"}],\"top_logprobs\":3}";
+        cJSON *root = proto_parse_json_object(body, strlen(body), &t.e);
+        http_req_info ri = {.api = HTTP_API_CHAT};
+        t.rc = openai_parse(root, &LIM, "gpt2", &ri, &t.p, &t.e);
+        CHECKF(t.rc == -1 && t.e.code == IFL_CODE_INVALID_REQUEST &&
+                   !strcmp(t.e.param, "top_logprobs"),
+               "chat: top_logprobs without logprobs: rc %d %s", t.rc, t.e.message);
+        free(t.p.prompt);
+        cJSON_Delete(root);
+    }
     /* an unknown name longer than the error's param: cut at a character, never inside one (the
      * fuzz targets found "é" x 30 cut after 47 bytes) */
     char name[128] = "";
@@ -282,10 +320,12 @@ static void check_log_and_hello(void)
     int n_values = 0;
     for (int i = 0; i < PARAMS_N; i++) {
         const param_def *d = &PARAMS[i];
-        if (d->type == PARAM_FRONT || d->type == PARAM_NEUTRAL)
+        if (!params_is_value(d) || !params_first_of_name(i))
             continue;
         n_values++;
         CHECKF(cJSON_GetObjectItemCaseSensitive(log, d->name), "the log lacks %s", d->name);
+        if (!d->label || !(d->apis & PARAM_API_WS))
+            continue; /* not on the page (n, logprobs): not in the hello's table */
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(h, "name");
         CHECKF(h && cJSON_IsString(name) && !strcmp(name->valuestring, d->name),
                "hello params: %s out of place", d->name);

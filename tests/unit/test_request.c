@@ -73,11 +73,10 @@ static void on_started(void *fe, const srv_req *r)
     record('s', r->id);
 }
 
-static void on_token(void *fe, const srv_req *r, int32_t index, int32_t token, const char *text,
-                     size_t len)
+static void on_token(void *fe, const srv_req *r, const req_token *t)
 {
-    (void)fe, (void)token, (void)text, (void)len;
-    record('t', r->id)->n = index;
+    (void)fe;
+    record('t', r->id)->n = t->index;
 }
 
 static void on_done(void *fe, const srv_req *r, const req_result *res)
@@ -101,7 +100,11 @@ static void on_error(void *fe, const char *id, ifl_code code, const char *messag
     c->retry_after_ms = retry_after_ms;
 }
 
-static const req_sink sink = {on_queued, on_started, on_token, on_done, on_error};
+static const req_sink sink = {.queued = on_queued,
+                              .started = on_started,
+                              .token = on_token,
+                              .done = on_done,
+                              .error = on_error};
 
 /* The n-th call (0, 1, ...) of `kind` for `id` since call `from`; NULL when there is none. */
 static const call *find_call(int from, char kind, const char *id, int nth)
