@@ -250,8 +250,10 @@ int openai_parse(const cJSON *root, const proto_limits *lim, const char *served,
     if (ids < 0)
         return -1;
     cJSON *o = normalize(root, sh, err);
-    if (!o)
+    if (!o) {
+        openai_free_prompts(ri);
         return -1;
+    }
     int rc = proto_parse_params(o, sh->params, ids ? NULL : "prompt", lim, p, err);
     cJSON_Delete(o);
     if (rc) {

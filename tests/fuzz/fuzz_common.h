@@ -89,19 +89,35 @@ static inline int fuzz_escapes_ok(const char *t, size_t n)
     return 1;
 }
 
-/* Accepted generation parameters: in the ranges of docs/protocol.md. ids_ok: the prompt may be
- * token ids (OpenAI completions) instead of text. */
-static inline void fuzz_check_params(const req_params *p, const proto_limits *lim, int ids_ok)
+/* One prompt: non-empty valid UTF-8 text, or (ids_ok) 1 to max_tokens + 1 token ids (each checked
+ * against the vocabulary by the request layer, not the parser). */
+static inline void fuzz_check_prompt(const char *text, size_t len, const int32_t *ids,
+                                     int32_t n_ids, const proto_limits *lim, int ids_ok)
 {
-    if (p->prompt_ids) {
-        FUZZ_CHECK(ids_ok && !p->prompt);
-        FUZZ_CHECK(p->n_prompt_ids >= 1 && p->n_prompt_ids <= lim->max_tokens + 1);
+    if (ids) {
+        FUZZ_CHECK(ids_ok && !text);
+        FUZZ_CHECK(n_ids >= 1 && n_ids <= lim->max_tokens + 1); /* (their range: request.c) */
     } else {
-        FUZZ_CHECK(p->prompt && p->prompt_len >= 1 && strlen(p->prompt) == p->prompt_len);
-        FUZZ_CHECK(ifl_utf8_valid(p->prompt, p->prompt_len));
+        FUZZ_CHECK(text && len >= 1 && strlen(text) == len);
+        FUZZ_CHECK(ifl_utf8_valid(text, len));
     }
+}
+
+/* Accepted generation parameters: in the ranges of docs/protocol.md. ids_ok: the prompt may be
+ * token ids (OpenAI completions) instead of text. batch: the prompts are a batch's (OpenAI
+ * completions: checked by the caller), and p holds none of its own. */
+static inline void fuzz_check_params(const req_params *p, const proto_limits *lim, int ids_ok,
+                                     int batch)
+{
+    if (batch)
+        FUZZ_CHECK(!p->prompt && !p->prompt_ids);
+    else
+        fuzz_check_prompt(p->prompt, p->prompt_len, p->prompt_ids, p->n_prompt_ids, lim, ids_ok);
     FUZZ_CHECK(p->policy == IFL_POLICY_ITERATIVE || p->policy == IFL_POLICY_STATIC);
-    FUZZ_CHECK(p->max_tokens >= 1 && p->max_tokens <= lim->max_tokens);
+    /* 0 only to score a prompt (echo) */
+    FUZZ_CHECK(p->max_tokens >= (p->echo ? 0 : 1) && p->max_tokens <= lim->max_tokens);
+    FUZZ_CHECK(p->n >= 1 && p->n <= IFL_MAX_CHOICES);
+    FUZZ_CHECK(!p->want_logprobs || (p->logprobs >= 0 && p->logprobs <= IFL_MAX_TOP_LOGPROBS));
     FUZZ_CHECK(p->temperature >= 0 && p->temperature <= 2);
     FUZZ_CHECK(p->top_k >= 0 && p->top_k <= lim->n_vocab);
     FUZZ_CHECK(p->top_p > 0 && p->top_p <= 1);

@@ -2,7 +2,7 @@
  * one input is one body as http_gen.c parses it (UTF-8 check, proto_parse_json_object), then read
  * as POST /v1/completions and as POST /v1/chat/completions. Checks (fuzz_common.h): no crash, no
  * leak, an error whose answer (openai_write_error) is JSON, and accepted requests within the
- * documented ranges. */
+ * documented ranges (a batch's prompts each). */
 #include "fuzz_common.h"
 #include "http_api.h"
 
@@ -30,7 +30,12 @@ static void parse_as(const cJSON *root, http_api_kind api)
     if (rc) {
         check_error(&pe);
     } else {
-        fuzz_check_params(&p, &FUZZ_LIM, api == HTTP_API_COMPLETIONS);
+        fuzz_check_params(&p, &FUZZ_LIM, api == HTTP_API_COMPLETIONS, ri.prompts != NULL);
+        FUZZ_CHECK(!ri.prompts || (api == HTTP_API_COMPLETIONS && ri.n_prompts >= 1 &&
+                                   ri.n_prompts <= HTTP_MAX_PROMPTS));
+        for (int32_t i = 0; ri.prompts && i < ri.n_prompts; i++)
+            fuzz_check_prompt(ri.prompts[i].text, ri.prompts[i].len, ri.prompts[i].ids,
+                              ri.prompts[i].n_ids, &FUZZ_LIM, 1);
         FUZZ_CHECK(fuzz_str_ok(ri.model, sizeof ri.model) && ri.model[0]);
         FUZZ_CHECK(ri.policy == IFL_POLICY_ITERATIVE || ri.policy == IFL_POLICY_STATIC);
         FUZZ_CHECK(!ri.include_usage || ri.stream);
@@ -44,6 +49,7 @@ static void parse_as(const cJSON *root, http_api_kind api)
     }
     free(p.prompt);
     free(p.prompt_ids);
+    openai_free_prompts(&ri);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -33,7 +33,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         switch (m.kind) {
         case PROTO_GENERATE:
             FUZZ_CHECK(m.has_id && m.id[0] && !strcmp(m.gen.id, m.id));
-            fuzz_check_params(&m.gen, &FUZZ_LIM, 0);
+            fuzz_check_params(&m.gen, &FUZZ_LIM, 0, 0);
             break;
         case PROTO_CANCEL: FUZZ_CHECK(m.has_id && m.id[0]); break;
         case PROTO_SUBSCRIBE:

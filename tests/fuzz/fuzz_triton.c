@@ -39,7 +39,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (rc) {
         check_error(&pe, &ri);
     } else {
-        fuzz_check_params(&p, &FUZZ_LIM, 0);
+        fuzz_check_params(&p, &FUZZ_LIM, 0, 0);
         FUZZ_CHECK(!ri.has_id || (fuzz_str_ok(ri.id, sizeof ri.id) && ri.id[0]));
     }
     free(p.prompt);
