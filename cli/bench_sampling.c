@@ -5,17 +5,12 @@
 #include <stdlib.h>
 
 #include "backend.h"
+#include "bench_report.h"
 #include "bench_sampling.h"
 #include "logit_adj.h"
 #include "rng.h"
 #include "sampler.h"
 #include "util.h"
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 /* The sampler alone over one row of V logits (normal, sd 3, like a trained model's spread): mean
  * microseconds per draw for greedy, top-k 40, top-p 0.95, and both (temperature 0.8), printed. */
@@ -138,8 +133,8 @@ int bench_sampler_controls(int32_t V, ifl_err *err)
         t_off[r] = ctl_step(&smp, rows, clean, V, &off, NULL, r);
         t_on[r] = ctl_step(&smp, rows, clean, V, &on, c, r);
     }
-    qsort(t_off, CTL_REPS, sizeof *t_off, cmp_double);
-    qsort(t_on, CTL_REPS, sizeof *t_on, cmp_double);
+    bench_sort(t_off, (size_t)CTL_REPS);
+    bench_sort(t_on, (size_t)CTL_REPS);
     double m_off = t_off[CTL_REPS / 2] * 1e6, m_on = t_on[CTL_REPS / 2] * 1e6;
     printf("  sampling a batch-%d step on one thread (top_k 50, top_p 0.9; us per step): controls "
            "off %.0f, every control on %.0f (500 + 250 seen, 50 logit_bias, 3 bans, all penalties, "

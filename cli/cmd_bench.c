@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "bench_report.h"
 #include "bench_sampling.h"
 #include "cli.h"
 #include "cpu_kernels.h"
@@ -28,12 +29,6 @@ static const char *const USAGE =
     "\n";
 
 #define BENCH_PROMPT 8
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 /* The probes between slices of a decode round's timed steps (CPU). Every `every` steps the clock
  * stops for the read-bandwidth and FMA probes (slice_probe), and the steps that follow are set
@@ -205,10 +200,9 @@ static int bench_prefill(ifl_backend *be, int32_t P, int32_t score_top, double *
     ifl_kv_seq seq = {0};
     int32_t chunk = be->params.max_tokens, rows_max = score_top >= 0 ? chunk : 1;
     int32_t *tokens = malloc((size_t)(P + 1) * sizeof *tokens);
-    int32_t *row_of = malloc((size_t)chunk * sizeof *row_of);
     ifl_logprob *lp = score_top >= 0 ? malloc((size_t)chunk * sizeof *lp) : NULL;
     float *logits = malloc((size_t)rows_max * c->n_vocab * sizeof *logits);
-    if (!tokens || !logits || !row_of || (score_top >= 0 && !lp)) {
+    if (!tokens || !logits || (score_top >= 0 && !lp)) {
         ifl_err_set(err, "out of memory");
         goto out;
     }
@@ -222,8 +216,6 @@ static int bench_prefill(ifl_backend *be, int32_t P, int32_t score_top, double *
     ifl_rng_seed(&rng, 7);
     for (int32_t i = 0; i <= P; i++)
         tokens[i] = (int32_t)(ifl_rng_next(&rng) % (uint64_t)c->n_vocab);
-    for (int32_t i = 0; i < chunk; i++)
-        row_of[i] = i;
     {
         double t0 = ifl_now_s();
         for (int32_t pos = 0; pos < P;) {
@@ -241,7 +233,7 @@ static int bench_prefill(ifl_backend *be, int32_t P, int32_t score_top, double *
             if (ifl_backend_step(be, &b, logits, err))
                 goto out;
             if (score_top >= 0) /* row k predicts token pos + k + 1 */
-                ifl_backend_score(be, logits, len, row_of, tokens + pos + 1, score_top, lp);
+                ifl_backend_score(be, logits, len, NULL, tokens + pos + 1, score_top, lp);
             pos += len;
         }
         *sec = ifl_now_s() - t0;
@@ -251,7 +243,6 @@ out:
     ifl_kv_seq_free(&seq, &pool);
     ifl_kv_pool_free(&pool);
     free(tokens);
-    free(row_of);
     free(lp);
     free(logits);
     return rc;
@@ -321,7 +312,7 @@ static void probe_now(const ifl_runtime *rt, double *gbs, double *peak)
 
 static double median_of(double *v, int32_t n)
 {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    bench_sort(v, (size_t)n);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "batcher.h"
+#include "bench_report.h"
 #include "cli.h"
 #include "defaults.h"
 #include "options.h"
@@ -90,12 +91,6 @@ static void on_step(void *ud, const ifl_step_record *rec)
     pthread_mutex_unlock(&p->lock);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* One request of n choices on a fresh prompt: its time to first token (ms), the prompt tokens
  * computed and the blocks held once the prompt ended. */
 static int one_request(ifl_batcher *b, probe *p, const choices_opts *o, int32_t n, ifl_rng *rng,
@@ -172,8 +167,8 @@ static int run(const ifl_runtime *rt, const choices_opts *o)
                 t[k * o->rounds + r] = ms;
         }
     if (!rc) {
-        qsort(t, (size_t)o->rounds, sizeof *t, cmp_double);
-        qsort(t + o->rounds, (size_t)o->rounds, sizeof *t, cmp_double);
+        bench_sort(t, (size_t)o->rounds);
+        bench_sort(t + o->rounds, (size_t)o->rounds);
         double m1 = t[o->rounds / 2], mn = t[o->rounds + o->rounds / 2];
         printf("  n = 1: time to first token %8.1f ms; prompt tokens computed %d; KV blocks held "
                "after the prompt %d\n",

@@ -505,8 +505,6 @@ static void batcher_free(ifl_batcher *b)
     free(b->first_row);
     free(b->tok_lp);
     free(b->prompt_lp);
-    free(b->score_row);
-    free(b->score_tok);
     free(b->cow_src);
     free(b->cow_dst);
     free(b->tokens);
@@ -552,8 +550,6 @@ static int alloc_buffers(ifl_batcher *b, ifl_err *err)
     b->first_row = malloc((size_t)S * sizeof *b->first_row);
     b->tok_lp = malloc(2 * (size_t)S * sizeof *b->tok_lp);
     b->prompt_lp = malloc((size_t)T * sizeof *b->prompt_lp);
-    b->score_row = malloc((size_t)T * sizeof *b->score_row);
-    b->score_tok = malloc((size_t)T * sizeof *b->score_tok);
     b->cow_src = malloc((size_t)S * sizeof *b->cow_src);
     b->cow_dst = malloc((size_t)S * sizeof *b->cow_dst);
     b->tokens = malloc((size_t)T * sizeof *b->tokens);
@@ -576,7 +572,7 @@ static int alloc_buffers(ifl_batcher *b, ifl_err *err)
         !b->logits || !b->sreq || !b->next_tok || !b->tokens || !b->run_start || !b->pos0 ||
         !b->nblk || !b->tables || !b->step_ids || !b->step_prefill || !b->step_cached ||
         !b->text || !b->draw_row || !b->n_rows || !b->first_row || !b->tok_lp || !b->prompt_lp ||
-        !b->score_row || !b->score_tok || !b->cow_src || !b->cow_dst)
+        !b->cow_src || !b->cow_dst)
         return ifl_err_set(err, "batcher: out of memory for %d sequences of %d tokens per step", S,
                            T);
     return 0;

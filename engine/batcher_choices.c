@@ -54,7 +54,6 @@ void batcher_emit_done_group(ifl_batcher *b, req *r, ifl_finish f, const char *m
 {
     batcher_emit_done(b, r, f, message);
     for (req *c = r->children; c; c = c->next_choice) {
-        c->t_queued = r->t_queued;
         c->t_admitted = r->t_admitted;
         c->n_cached = r->n_cached;
         batcher_emit_done(b, c, f, message);
@@ -130,7 +129,6 @@ req *batcher_take_choices(ifl_batcher *b, req *r)
     r->children = NULL;
     pthread_mutex_lock(&b->lock);
     for (req *c = first; c; c = c->next_choice) {
-        c->t_queued = r->t_queued;
         c->t_admitted = r->t_admitted;
         c->n_done = c->n_prompt;
         b->running[b->n_running++] = c;
@@ -149,7 +147,6 @@ void batcher_end_pending_choices(ifl_batcher *b, req *r, ifl_finish f, const cha
     while (c) {
         req *next = c->next_choice;
         ifl_kv_seq_free(&c->kv, &b->pool);
-        c->t_queued = r->t_queued;
         c->t_admitted = r->t_admitted;
         batcher_emit_done(b, c, f, message);
         batcher_req_free(c);

@@ -106,7 +106,6 @@ struct ifl_batcher {
     int32_t *first_row;   /* (max_batch) its first row */
     ifl_logprob *tok_lp;  /* (2 max_batch) the drawn tokens' entries */
     ifl_logprob *prompt_lp; /* (step_tokens) the prompt positions scored this step */
-    int32_t *score_row, *score_tok; /* (step_tokens) */
     int32_t *cow_src, *cow_dst;     /* (max_batch) copy-on-write pairs of the step */
     int32_t *tokens, *run_start, *pos0, *nblk;
     const int32_t **tables;

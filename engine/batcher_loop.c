@@ -390,22 +390,23 @@ static void build_step(ifl_batcher *b, int32_t n, step_plan *sp)
     b->run_start[sp->n_seqs] = sp->n_tokens;
 }
 
-/* Scores the prompt positions of run s (a prefill chunk of a request with prompt_logprobs): row k
- * of the run predicts the token at pos0 + k + 1, when that is still the prompt. The entries go to
- * prompt_lp at the run's rows. Returns how many. */
-static int32_t score_run(ifl_batcher *b, int32_t s)
+/* The prompt positions run s scores (a prefill chunk of a request with prompt_logprobs): row k of
+ * the run predicts the token at pos0 + k + 1 while that is still the prompt. */
+static int32_t run_scored(const ifl_batcher *b, int32_t s)
+{
+    int32_t len = b->run_start[s + 1] - b->run_start[s];
+    int32_t n = b->step_reqs[s]->n_prompt - 1 - b->pos0[s];
+    return n < len ? n : len;
+}
+
+/* Scores run s's prompt positions into prompt_lp at the run's rows. */
+static void score_run(ifl_batcher *b, int32_t s)
 {
     const req *r = b->step_reqs[s];
-    int32_t first = b->first_row[s], len = b->run_start[s + 1] - b->run_start[s];
-    int32_t n = r->n_prompt - 1 - b->pos0[s];
-    n = n < len ? n : len;
-    for (int32_t k = 0; k < n; k++) {
-        b->score_row[first + k] = first + k;
-        b->score_tok[first + k] = r->prompt[b->pos0[s] + k + 1];
-    }
-    ifl_backend_score(b->be, b->logits, n, b->score_row + first, b->score_tok + first,
-                      r->top_logprobs, b->prompt_lp + first);
-    return n;
+    size_t V = (size_t)b->cfg->n_vocab;
+    int32_t first = b->first_row[s];
+    ifl_backend_score(b->be, b->logits + (size_t)first * V, run_scored(b, s), NULL,
+                      r->prompt + b->pos0[s] + 1, r->top_logprobs, b->prompt_lp + first);
 }
 
 /* The step on host logits: the rows the runs asked for, the scored prompt positions, then every
@@ -460,9 +461,7 @@ static int run_step(ifl_batcher *b, const step_plan *sp)
 /* The prompt entries of run i (scored in run_on_host) as one event. */
 static void emit_prompt(ifl_batcher *b, req *r, int32_t i)
 {
-    int32_t len = b->run_start[i + 1] - b->run_start[i];
-    int32_t n = r->n_prompt - 1 - b->pos0[i];
-    n = n < len ? n : len;
+    int32_t n = run_scored(b, i);
     if (n <= 0)
         return;
     ifl_event ev = {.type = IFL_EV_PROMPT,
