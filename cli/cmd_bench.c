@@ -400,19 +400,20 @@ static int bench_prefill_rounds(const ifl_runtime *rt, int32_t P, int32_t rounds
     return 0;
 }
 
-/* What scoring costs, side by side: decode steps at batch B with each drawn token's logprob entry
+/* What scoring costs, side by side: st decode steps at batch B with each drawn token's logprob entry
  * (5 best, ifl_sample_req.lp) against the same steps without, and a P-token prefill with every
  * position's row scored (an echo with logprobs 1: the lm_head over all rows and their log-softmax)
  * against the plain prefill (one row). Rounds alternate plain / scored; the medians and ratios. */
-static int bench_scoring(const ifl_runtime *rt, int32_t B, int32_t P, int32_t rounds, ifl_err *err)
+static int bench_scoring(const ifl_runtime *rt, int32_t B, int32_t st, int32_t P, int32_t rounds,
+                         ifl_err *err)
 {
     double *v = calloc((size_t)rounds * 4, sizeof *v); /* decode off, on, prefill off, on */
     if (!v)
         return ifl_err_set(err, "out of memory");
     int rc = 0;
     for (int32_t r = 0; r < rounds && !rc; r++)
-        rc = bench_decode(rt->be[0], B, 16, NULL, -1, &v[r], err) ||
-             bench_decode(rt->be[0], B, 16, NULL, 5, &v[rounds + r], err) ||
+        rc = bench_decode(rt->be[0], B, st, NULL, -1, &v[r], err) ||
+             bench_decode(rt->be[0], B, st, NULL, 5, &v[rounds + r], err) ||
              (P > 0 && (bench_prefill(rt->be[0], P, -1, &v[2 * rounds + r], err) ||
                         bench_prefill(rt->be[0], P, 1, &v[3 * rounds + r], err)));
     if (!rc) {
@@ -461,7 +462,8 @@ static int bench_engine_run(const ifl_runtime *rt, const char *dir, const int32_
     }
     int32_t score_b = batches[n_batches - 1] < rt->be[0]->params.max_seqs
                           ? batches[n_batches - 1] : rt->be[0]->params.max_seqs;
-    if (bench_scoring(rt, score_b, prefill, repeat > 3 ? repeat : 3, &err)) {
+    int32_t score_st = steps ? steps : 32; /* as the decode rounds (the pool is sized for them) */
+    if (bench_scoring(rt, score_b, score_st, prefill, repeat > 3 ? repeat : 3, &err)) {
         fprintf(stderr, "inflight bench: scoring: %s\n", err.msg);
         return 1;
     }
