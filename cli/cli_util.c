@@ -56,6 +56,31 @@ int cli_usage_error(const char *cmd, const char *msg)
     return 2;
 }
 
+const char *cli_format_words(char *buf, size_t cap, int stored_only, const char *sep,
+                             const char *last_sep, const char *extra)
+{
+    const char *names[IFL_DTYPE_COUNT + 1];
+    int n = 0;
+    for (int i = 0; i < IFL_DTYPE_COUNT; i++) {
+        const ifl_format *f = ifl_format_get((ifl_dtype)i);
+        if (f && (!stored_only || f->stored))
+            names[n++] = f->name;
+    }
+    if (extra)
+        names[n++] = extra;
+    size_t len = 0;
+    if (cap)
+        buf[0] = 0;
+    for (int i = 0; i < n && len < cap; i++) {
+        const char *s = i == 0 ? "" : i == n - 1 ? last_sep : sep;
+        int w = snprintf(buf + len, cap - len, "%s%s", s, names[i]);
+        if (w < 0)
+            break;
+        len += (size_t)w;
+    }
+    return buf;
+}
+
 int cli_parse_weights(const char *cmd, const char *s, void *field)
 {
     ifl_model_opts *o = field;
@@ -64,12 +89,28 @@ int cli_parse_weights(const char *cmd, const char *s, void *field)
         return 0;
     }
     if (ifl_dtype_parse(s, &o->dtype)) {
-        fprintf(stderr, "inflight %s: --weights: '%s' is not one of f32, f16, bf16, auto\n", cmd,
-                s);
+        char choices[128];
+        fprintf(stderr, "inflight %s: --weights: '%s' is not a weight format: %s\n", cmd, s,
+                cli_format_words(choices, sizeof choices, 0, ", ", " or ", "auto"));
         return -1;
     }
     o->convert = 1;
     return 0;
+}
+
+void cli_describe_weights(char *arg, size_t arg_cap, char *help, size_t help_cap)
+{
+    cli_format_words(arg, arg_cap, 0, "|", "|", "auto");
+    size_t n = (size_t)snprintf(help, help_cap, "hold the weights in this format:");
+    for (int i = 0; i < IFL_DTYPE_COUNT && n < help_cap; i++) {
+        const ifl_format *f = ifl_format_get((ifl_dtype)i);
+        char where[64] = "";
+        if (f->backends != (IFL_BACKEND_CPU | IFL_BACKEND_CUDA))
+            ifl_device_list(f->backends, where, sizeof where);
+        n += (size_t)snprintf(help + n, help_cap - n, "%s %s (%s%s%s%s%s)", i ? "," : "", f->name,
+                              f->about, f->stored ? "" : "; made at load", where[0] ? "; on " : "",
+                              where, where[0] ? " only, which --device auto then picks" : "");
+    }
 }
 
 const char *cli_default_vocab_dir(void)
@@ -149,7 +190,7 @@ int cli_runtime_open_model(const char *cmd, ifl_device want, ifl_isa isa, const 
                            ifl_runtime *rt)
 {
     ifl_err err;
-    if (ifl_runtime_resolve(rt, want, isa, &err))
+    if (ifl_runtime_resolve(rt, want, isa, &o->model_opts, &err))
         goto fail;
     fprintf(stderr, "inflight %s: device %s (%s)\n", cmd, ifl_device_name(rt->device), rt->why);
     fprintf(stderr, "inflight %s: isa %s (%s)\n", cmd, ifl_isa_name(rt->isa), rt->isa_why);

@@ -32,12 +32,34 @@ typedef struct {
     int32_t shape[6]; /* --n-layer, --n-head, --n-embd, --n-inner, --n-ctx, --n-vocab; 0: unset */
 } make_opts;
 
+/* --dtype: a format a checkpoint holds (the registry's `stored`); q8 is made at load only. */
 static int parse_dtype(const char *cmd, const char *arg, void *field)
 {
-    if (ifl_dtype_parse(arg, field) == 0)
-        return 0;
-    fprintf(stderr, "inflight %s: --dtype must be f32, f16 or bf16, not '%s'\n", cmd, arg);
-    return -1;
+    ifl_dtype t;
+    char stored[64];
+    cli_format_words(stored, sizeof stored, 1, ", ", " or ", NULL);
+    if (ifl_dtype_parse(arg, &t)) {
+        fprintf(stderr, "inflight %s: --dtype: '%s' is not a format a checkpoint holds: %s\n", cmd,
+                arg, stored);
+        return -1;
+    }
+    if (!ifl_format_get(t)->stored) {
+        fprintf(stderr,
+                "inflight %s: --dtype: %s is not stored in checkpoints (it is made when a model "
+                "loads: --weights %s); a checkpoint holds %s\n",
+                cmd, ifl_dtype_name(t), ifl_dtype_name(t), stored);
+        return -1;
+    }
+    *(ifl_dtype *)field = t;
+    return 0;
+}
+
+static void describe_dtype(char *arg, size_t arg_cap, char *help, size_t help_cap)
+{
+    cli_format_words(arg, arg_cap, 1, "|", "|", NULL);
+    snprintf(help, help_cap,
+             "the weights' format (those a checkpoint holds; the others are made "
+             "at load: --weights)");
 }
 
 #define ROW(NAME, TYPE, ARG, LO, HI, F, HELP)                                                      \
@@ -62,11 +84,10 @@ static const cli_opt OPTS[] = {
     SHAPE("n-vocab", 1 << 24, 5, "50257, the GPT-2 vocabulary", "vocabulary size"),
     {.name = "dtype",
      .type = CLI_CUSTOM,
-     .arg = "f32|f16|bf16",
      .def_text = "f32",
      .off = offsetof(make_opts, mm.dtype),
      .parse = parse_dtype,
-     .help = "the weights' type"},
+     .describe = describe_dtype},
     ROW("scale", CLI_F64, "X", 0, 100, mm.scale, "standard deviation of the random values"),
     ROW("seed", CLI_U64, "N", 0, 0, mm.seed, "random seed"),
     {.name = "vocab",

@@ -34,7 +34,7 @@ static int version(int devices)
     ifl_device got;
     char why[300];
     ifl_err err;
-    if (ifl_device_resolve(IFL_DEVICE_AUTO, &got, why, (int)sizeof why, &err)) {
+    if (ifl_device_resolve(IFL_DEVICE_AUTO, NULL, &got, why, (int)sizeof why, &err)) {
         printf("device: %s\n", err.msg);
         return 1;
     }

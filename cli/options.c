@@ -193,8 +193,13 @@ static void print_help(const cli_spec *s, const char *defaults)
             printf("%s\n", o->help);
             continue;
         }
-        char head[160], def[160], text[1200], letter[8] = "";
-        const char *arg = o->arg ? o->arg : o->words;
+        char head[160], def[160], text[1200], letter[8] = "", dyn_arg[96], dyn_help[800];
+        const char *arg = o->arg ? o->arg : o->words, *help = o->help;
+        if (o->describe) {
+            o->describe(dyn_arg, sizeof dyn_arg, dyn_help, sizeof dyn_help);
+            arg = dyn_arg;
+            help = dyn_help;
+        }
         int optional = arg && (o->flags & CLI_OPTIONAL_ARG);
         if (o->letter)
             snprintf(letter, sizeof letter, "-%c, ", o->letter);
@@ -204,7 +209,7 @@ static void print_help(const cli_spec *s, const char *defaults)
                                   : "",
                          arg ? arg : "", optional ? "]" : "");
         format_default(o, defaults, def, sizeof def);
-        snprintf(text, sizeof text, "%s%s%s%s", o->help, def[0] ? " (default " : "", def,
+        snprintf(text, sizeof text, "%s%s%s%s", help, def[0] ? " (default " : "", def,
                  def[0] ? ")" : "");
         fputs(head, stdout);
         if (n >= HELP_COLUMN - 1) {

@@ -49,6 +49,9 @@ typedef struct {
     int (*parse)(const char *cmd, const char *arg, void *field); /* CLI_CUSTOM */
     unsigned flags;                                              /* CLI_OPTIONAL_ARG, ... */
     const char *help; /* one line of text, wrapped by cli_parse; "(default X)" is appended */
+    /* Where the value's words and the help are computed (from a registry: --weights' formats),
+     * writes them; NULL: arg and help as given. */
+    void (*describe)(char *arg, size_t arg_cap, char *help, size_t help_cap);
 } cli_opt;
 
 typedef struct {
@@ -98,11 +101,11 @@ int cli_parse(const cli_spec *spec, int argc, char **argv, int first, void *dst,
         .help = "CPU kernels; auto: $INFLIGHT_ISA when set, else the best this CPU has (one it "   \
                 "lacks is an error); the choice is printed"                                        \
     }
+/* The formats and their help: the weight-format registry's (tensor.h), plus auto */
 #define CLI_OPT_WEIGHTS(T, F)                                                                      \
     {                                                                                              \
-        .name = "weights", .type = CLI_CUSTOM, .arg = "f32|f16|bf16|auto",                         \
-        .def_text = "auto: as stored", .off = offsetof(T, F), .parse = cli_parse_weights,          \
-        .help = "hold the weights in this type"                                                    \
+        .name = "weights", .type = CLI_CUSTOM, .def_text = "auto: as stored",                      \
+        .off = offsetof(T, F), .parse = cli_parse_weights, .describe = cli_describe_weights        \
     }
 #define CLI_OPT_MAX_BATCH(T, F)                                                                    \
     CLI_ROW("max-batch", 0, CLI_I32, "N", 1, 1024, T, F, "most running sequences per batcher")
@@ -142,8 +145,19 @@ int cli_parse(const cli_spec *spec, int argc, char **argv, int first, void *dst,
     }
 
 /* The CLI_CUSTOM parsers of the shared rows (cli_util.c): --isa into an ifl_isa (whether the CPU
- * has it is checked at start-up), --weights f32|f16|bf16|auto into an ifl_model_opts. */
+ * has it is checked at start-up), --weights (a format of the registry, tensor.h, or auto) into an
+ * ifl_model_opts; an unknown format is refused with the registry's list ("'q9' is not a weight
+ * format: f32, f16, bf16, q8 or auto"). Which device can hold the format is decided at start-up
+ * (device.h). */
 int cli_parse_isa(const char *cmd, const char *arg, void *field);
 int cli_parse_weights(const char *cmd, const char *arg, void *field);
+/* --weights' words ("f32|f16|bf16|q8|auto") and help (each format, what it is, where it runs),
+ * from the registry. */
+void cli_describe_weights(char *arg, size_t arg_cap, char *help, size_t help_cap);
+/* The registry's format names joined by sep, the last two by last_sep, then extra (NULL: none)
+ * after last_sep; stored_only: only those a checkpoint holds. Returns buf. E.g. (", ", " or ",
+ * "auto"): "f32, f16, bf16, q8 or auto". */
+const char *cli_format_words(char *buf, size_t cap, int stored_only, const char *sep,
+                             const char *last_sep, const char *extra);
 
 #endif

@@ -28,7 +28,7 @@ static size_t vocab_bytes(const cuda_backend *be, ifl_dtype t)
 /* Uploads matrix m (any dtype and layout) as row-major t at dst, through the staging buffer. */
 static int upload_mat(void *dst, const ifl_mat *m, ifl_dtype t, void *stage, ifl_err *err)
 {
-    ifl_mat_repack(stage, IFL_LAYOUT_ROWS, t, m);
+    ifl_mat_repack(stage, IFL_LAYOUT_ROWS, t, m, NULL, NULL);
     CU(cudaMemcpy(dst, stage, (size_t)m->rows * (size_t)m->cols * ifl_dtype_size(t),
                   cudaMemcpyHostToDevice));
     return 0;
@@ -216,6 +216,24 @@ int ifl_cuda_backend_init(cuda_backend *be, const ifl_model *m, ifl_err *err)
     if (be->max_T > 65535)
         return ifl_err_set(err, "cuda: max_tokens %d is more than one launch's 65535 rows",
                            be->max_T);
+    /* formats the registry does not give this backend (q8): refused by name, never converted */
+    const ifl_mat *mats[2] = {&m->wte, &m->lm_head};
+    for (int i = 0; i < 2 + 4 * be->L; i++) {
+        const ifl_layer *ly = i >= 2 ? &m->layers[(i - 2) / 4] : NULL;
+        const ifl_mat *w = !ly                ? mats[i]
+                           : (i - 2) % 4 == 0 ? &ly->qkv_w
+                           : (i - 2) % 4 == 1 ? &ly->attn_proj_w
+                           : (i - 2) % 4 == 2 ? &ly->fc_w
+                                              : &ly->mlp_proj_w;
+        const ifl_format *f = ifl_format_get(w->dtype);
+        if (!f || !(f->backends & IFL_BACKEND_CUDA)) {
+            char fl[64];
+            return ifl_err_set(err, "cuda: the CUDA backend runs %s weights, not %s (--weights %s "
+                               "runs on the CPU: --device cpu)",
+                               ifl_format_list(IFL_BACKEND_CUDA, fl, sizeof fl),
+                               ifl_dtype_name(w->dtype), ifl_dtype_name(w->dtype));
+        }
+    }
     /* f16 matrices stay f16; everything else (f32, bf16, mixed) is held as bf16 */
     be->wdt = !m->mixed_dtypes && m->wte.dtype == IFL_DTYPE_F16 ? IFL_DTYPE_F16 : IFL_DTYPE_BF16;
     be->wtype = be->wdt == IFL_DTYPE_F16 ? CUDA_R_16F : CUDA_R_16BF;

@@ -464,8 +464,7 @@ static int adopt_weights(cpu_backend *be, const ifl_model *m, ifl_err *err)
     size_t bytes = 0;
     for (int i = 0; i < n; i++)
         if (mats[i]->layout != want[i])
-            bytes += (ifl_layout_elems(want[i], mats[i]->dtype, mats[i]->rows, mats[i]->cols) *
-                          ifl_dtype_size(mats[i]->dtype) +
+            bytes += (ifl_layout_bytes(want[i], mats[i]->dtype, mats[i]->rows, mats[i]->cols) +
                       63) &
                      ~(size_t)63;
     if (!bytes)
@@ -485,13 +484,13 @@ static int adopt_weights(cpu_backend *be, const ifl_model *m, ifl_err *err)
     for (int i = 0; i < n; i++) {
         if (mats[i]->layout == want[i])
             continue;
+        if (mats[i]->dtype == IFL_DTYPE_Q8) /* the model's loader makes q8 only in its tiles */
+            return ifl_err_set(err, "q8 weights not in the CPU's tiles: load with cpu_layout");
         char *dst = (char *)p + off;
-        ifl_mat_repack(dst, want[i], mats[i]->dtype, mats[i]);
+        ifl_mat_repack(dst, want[i], mats[i]->dtype, mats[i], NULL, NULL);
         if (mats[i]->layout == IFL_LAYOUT_ROWS)
             mats[i]->rows_data = mats[i]->data; /* still there: sgemm may use it */
-        off += (ifl_layout_elems(want[i], mats[i]->dtype, mats[i]->rows, mats[i]->cols) *
-                    ifl_dtype_size(mats[i]->dtype) +
-                63) &
+        off += (ifl_layout_bytes(want[i], mats[i]->dtype, mats[i]->rows, mats[i]->cols) + 63) &
                ~(size_t)63;
         mats[i]->layout = want[i];
         mats[i]->data = dst;
@@ -535,7 +534,7 @@ ifl_backend *ifl_cpu_backend_new(const ifl_model *m, const ifl_backend_params *p
         ifl_err_set(err, "the %s kernels are not in this build", ifl_isa_name(ifl_isa_current()));
         goto fail;
     }
-    for (int d = 0; d < 3; d++)
+    for (int d = 0; d < IFL_DTYPE_COUNT; d++)
         be->gemv_rows[d] = p->sgemm_above > 0 ? p->sgemm_above
                                               : ifl_matmul_default_gemv_rows(be->k, (ifl_dtype)d);
 
@@ -561,12 +560,15 @@ ifl_backend *ifl_cpu_backend_new(const ifl_model *m, const ifl_backend_params *p
     be->mm_max_k = be->F > be->C ? be->F : be->C;
     be->mm_max_n = be->F > 3 * be->C ? be->F : 3 * be->C;
     be->mm_max_m = 1;
-    for (int d = 0; d < 3; d++)
-        be->mm_max_m = be->gemv_rows[d] > be->mm_max_m ? be->gemv_rows[d] : be->mm_max_m;
+    for (int d = 0; d < IFL_DTYPE_COUNT; d++) /* q8's one path needs none of these partials */
+        if (d != IFL_DTYPE_Q8 && be->gemv_rows[d] > be->mm_max_m)
+            be->mm_max_m = be->gemv_rows[d];
     if (be->mm_max_m > p->max_tokens)
         be->mm_max_m = p->max_tokens;
     if (be->mm_max_m < p->max_seqs) /* the lm_head's dot products take every sequence's row */
         be->mm_max_m = p->max_seqs;
+    if (m->wte.dtype == IFL_DTYPE_Q8) /* q8 keeps every row of a step's products quantized once */
+        be->mm_max_m = p->max_tokens;
     be->mm_floats = ifl_matmul_scratch_floats(be->mm_max_k, be->mm_max_n, be->mm_max_m);
     size_t n_scores = (size_t)be->nth * IFL_ATTN_TILE * ((size_t)be->P + (size_t)be->BS);
     size_t floats[] = {T * C,

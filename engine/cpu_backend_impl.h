@@ -49,7 +49,7 @@ typedef struct {
     int32_t n_out_rows;   /* rows of row_tok this step */
     int32_t *tile_tok;    /* (T) first token of each attention tile */
     int32_t n_tiles;
-    int32_t gemv_rows[3]; /* per weight dtype */
+    int32_t gemv_rows[IFL_DTYPE_COUNT]; /* per weight format */
     /* the step in flight, read by the pool's tasks */
     const ifl_batch *batch;
     int32_t layer;

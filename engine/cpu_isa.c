@@ -37,8 +37,8 @@ int ifl_isa_parse(const char *s, ifl_isa *out, ifl_err *err)
 }
 
 typedef struct {
-    int avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512_bf16;
-    char list[160];
+    int avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512_bf16, avx512vnni, avxvnni;
+    char list[192];
 } cpu_caps;
 
 static cpu_caps g_caps;
@@ -70,8 +70,10 @@ static void detect(void)
         c->avx512f = zmm && ((b >> 16) & 1);
         c->avx512bw = zmm && ((b >> 30) & 1);
         c->avx512vl = zmm && ((b >> 31) & 1);
+        c->avx512vnni = zmm && ((cx >> 11) & 1);
         __cpuid_count(7, 1, a, b, cx, d);
         c->avx512_bf16 = c->avx512f && ((a >> 5) & 1);
+        c->avxvnni = ymm && ((a >> 4) & 1);
     }
 #endif
     struct {
@@ -79,7 +81,8 @@ static void detect(void)
         const char *name;
     } f[] = {{c->avx2, "avx2"},         {c->fma, "fma"},           {c->f16c, "f16c"},
              {c->avx512f, "avx512f"},   {c->avx512bw, "avx512bw"}, {c->avx512vl, "avx512vl"},
-             {c->avx512_bf16, "avx512_bf16"}};
+             {c->avx512_bf16, "avx512_bf16"}, {c->avx512vnni, "avx512_vnni"},
+             {c->avxvnni, "avx_vnni"}};
     size_t n = 0;
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         if (f[i].have)
@@ -114,6 +117,23 @@ ifl_isa ifl_isa_best(void)
         if (ifl_isa_supported((ifl_isa)i))
             return (ifl_isa)i;
     return IFL_ISA_SCALAR;
+}
+
+/* $INFLIGHT_NO_VNNI set (and not "0"): the q8 kernels' other path, for tests. */
+static int vnni_off(void)
+{
+    const char *e = getenv("INFLIGHT_NO_VNNI");
+    return e && *e && strcmp(e, "0");
+}
+
+int ifl_cpu_has_avx512vnni(void)
+{
+    return caps()->avx512vnni && !vnni_off();
+}
+
+int ifl_cpu_has_avxvnni(void)
+{
+    return caps()->avxvnni && !vnni_off();
 }
 
 const char *ifl_cpu_features(void)

@@ -36,6 +36,12 @@ ifl_isa ifl_isa_best(void);
  * avx512vl avx512_bf16", or "none of avx2/fma/f16c/avx512f/avx512bw/avx512vl". */
 const char *ifl_cpu_features(void);
 
+/* 1 if the CPU (and OS) has the 16-bit dot-product instructions a family's q8 kernel can use in
+ * place of multiply-add + add: AVX-512 VNNI (vpdpwssd on zmm, for avx512) and AVX-VNNI (its VEX
+ * form on ymm, for avx2). $INFLIGHT_NO_VNNI=1 reports neither (to test the other path). */
+int ifl_cpu_has_avx512vnni(void);
+int ifl_cpu_has_avxvnni(void);
+
 /* Resolves want (IFL_ISA_AUTO: $INFLIGHT_ISA if set, else the best) into *out; -1 with err when
  * the CPU lacks it ("--isa avx512: this CPU has avx2 fma f16c") or $INFLIGHT_ISA is not a name. */
 int ifl_isa_resolve(ifl_isa want, ifl_isa *out, ifl_err *err);

@@ -21,17 +21,22 @@
 
 #define IFL_ALWAYS_INLINE static inline __attribute__((always_inline))
 
-/* CALL(MM, DT) with the weights' dtype dt (a variable in scope) as a constant, so that a panel
- * kernel is compiled once per dtype. */
+/* CALL(MM, DT) with the weights' float format dt (a variable in scope) as a constant, so that a
+ * panel kernel is compiled once per format. q8 has kernels of its own (q8_tiles): the driver never
+ * hands it to a float kernel, and a format not named here stops the process rather than running
+ * as another. */
 #define BY_DTYPE(CALL, MM)                                                                         \
     do {                                                                                           \
         if (dt == IFL_DTYPE_F32)                                                                   \
             CALL(MM, IFL_DTYPE_F32);                                                               \
         else if (dt == IFL_DTYPE_F16)                                                              \
             CALL(MM, IFL_DTYPE_F16);                                                               \
-        else                                                                                       \
+        else if (dt == IFL_DTYPE_BF16)                                                             \
             CALL(MM, IFL_DTYPE_BF16);                                                              \
+        else                                                                                       \
+            __builtin_trap();                                                                      \
     } while (0)
+_Static_assert(IFL_DTYPE_COUNT == 4, "BY_DTYPE names every float format; q8 is the fourth");
 
 /* [c0, c1) of n items for thread ith of nth, in multiples of `align`: how the driver shares work
  * out, here because the register-blocked product must know the streaming kernels' K bands. */
@@ -122,7 +127,7 @@ typedef struct ifl_cpu_kernels {
      * for bit as on W (the same products in the same order), without converting each weight
      * again for every group of rows. */
     void (*nk_widen)(float *dst, const void *W, int32_t KB, int32_t g0, int32_t g1, ifl_dtype dt);
-    int32_t nk_widen_above[3];
+    int32_t nk_widen_above[IFL_DTYPE_COUNT];
     /* 0: bf16 columns in natural order; g: each g columns held as [g/2 even | g/2 odd]. */
     int bf16_group;
     /* Puts n (a multiple of bf16_group) partial sums back in column order; NULL when bf16_group
@@ -131,7 +136,19 @@ typedef struct ifl_cpu_kernels {
     /* The register-blocked product for larger M (NULL: the panel kernels at every size), and the
      * rows above which it is used, per dtype. */
     void (*gemm)(const ifl_gemm_args *g);
-    int32_t gemm_above[3];
+    int32_t gemm_above[IFL_DTYPE_COUNT];
+    /* q8 weights (tensor.h's tiles), every row count: output tiles j0..j1 of a matrix with KB
+     * blocks along K, for M rows of x (1..q8_max_m) quantized by ifl_q8_quantize_rows (row m's
+     * int16 values at xq + m * 32 KB, its block scales at xs + m * KB). For each row m and output
+     * column c of tile j, y[m * ldy + 32 (j - j0) + c] = acc after
+     *     acc = 0; for kb = 0 .. KB-1: acc = fmaf((float)isum, d * xs[m * KB + kb], acc)
+     * where isum is the exact int32 sum over the block's 32 inputs of xq * q and d the tile's
+     * scale of column c as f32 (d * xs rounded to f32 before the fused multiply-add). Every
+     * family computes exactly this (integer sums are exact in any order), so every family, row
+     * count and thread count gives the same bits. */
+    void (*q8_tiles)(float *y, int32_t ldy, const int16_t *xq, const float *xs, int32_t KB,
+                     const void *W, int32_t j0, int32_t j1, int M);
+    int q8_max_m;
     void (*exp)(float *y, const float *x, size_t n);
     void (*gelu_tanh)(float *x, size_t n);
     void (*layernorm)(float *out, const float *x, const float *w, const float *b, int32_t C,
@@ -161,6 +178,15 @@ typedef struct ifl_cpu_kernels {
     double (*fma_loop)(int64_t iters, float *sink);
 } ifl_cpu_kernels;
 
+/* Rows of x for the q8 kernels: row m (K values at x + m * ldx) as int16 at xq + m * 32 KB (KB =
+ * ceil(K / 32); zero past K) with one scale per block of 32 at xs + m * KB: s = the block's largest
+ * |x| / 32767, q = x * (32767 / largest |x|) rounded to the nearest integer, ties to even (all 0
+ * where the block is 0; s NaN where it holds a NaN or an infinity, so the row's outputs are NaN).
+ * Compiled once (cpu_kernels.c): the same bits for every family. */
+void ifl_q8_quantize_rows(int16_t *xq, float *xs, const float *x, int M, int32_t ldx, int32_t K);
+/* The largest M any family's q8_tiles takes (scratch is sized for it). */
+#define IFL_Q8_MAX_M 16
+
 /* The table of family isa, or NULL where this binary lacks it. */
 const ifl_cpu_kernels *ifl_kernels_scalar(void);
 const ifl_cpu_kernels *ifl_kernels_avx2(void);
@@ -168,6 +194,15 @@ const ifl_cpu_kernels *ifl_kernels_avx512(void);
 
 /* The avx2 family's register-blocked product (kernels_avx2_gemm.c). */
 void ifl_gemm_avx2(const ifl_gemm_args *g);
+
+/* The q8 kernels of the vector families (kernels_avx2_q8.c, kernels_avx512_q8.c), q8_tiles as
+ * specified above, and the most rows each takes at once. */
+void ifl_q8_tiles_avx2(float *y, int32_t ldy, const int16_t *xq, const float *xs, int32_t KB,
+                       const void *W, int32_t j0, int32_t j1, int M);
+void ifl_q8_tiles_avx512(float *y, int32_t ldy, const int16_t *xq, const float *xs, int32_t KB,
+                         const void *W, int32_t j0, int32_t j1, int M);
+#define IFL_Q8_AVX2_MAX_M 16
+#define IFL_Q8_AVX512_MAX_M 16
 
 /* ---- loops every family shares (compiled per family) ----------------------------------------- */
 
@@ -261,6 +296,36 @@ IFL_ALWAYS_INLINE void ifl_scale_c(float *x, float s, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         x[i] *= s;
+}
+
+/* The q8 product in plain C, exactly as q8_tiles is specified (the scalar family's, and the
+ * reference the others are tested against). */
+IFL_ALWAYS_INLINE void ifl_q8_tiles_c(float *y, int32_t ldy, const int16_t *xq, const float *xs,
+                                      int32_t KB, const void *W, int32_t j0, int32_t j1, int M)
+{
+    for (int32_t j = j0; j < j1; j++) {
+        const uint8_t *col = (const uint8_t *)W + (size_t)j * (size_t)KB * IFL_Q8_TILE_BYTES;
+        for (int m = 0; m < M; m++) {
+            const int16_t *xm = xq + (size_t)m * (size_t)KB * IFL_Q8_BLOCK;
+            float acc[IFL_Q8_TILE_N] = {0};
+            for (int32_t kb = 0; kb < KB; kb++) {
+                const uint8_t *t = col + (size_t)kb * IFL_Q8_TILE_BYTES;
+                const int16_t *xb = xm + (size_t)kb * IFL_Q8_BLOCK;
+                int32_t isum[IFL_Q8_TILE_N] = {0};
+                for (int p = 0; p < IFL_Q8_BLOCK / 2; p++)
+                    for (int c = 0; c < IFL_Q8_TILE_N; c++)
+                        isum[c] += (int32_t)xb[2 * p] * (int8_t)t[64 * p + 2 * c] +
+                                   (int32_t)xb[2 * p + 1] * (int8_t)t[64 * p + 2 * c + 1];
+                float sx = xs[(size_t)m * KB + kb];
+                for (int c = 0; c < IFL_Q8_TILE_N; c++) {
+                    uint16_t h;
+                    memcpy(&h, t + IFL_Q8_SCALES_AT + 2 * c, 2);
+                    acc[c] = fmaf((float)isum[c], ifl_f16_to_f32(h) * sx, acc[c]);
+                }
+            }
+            memcpy(y + (size_t)m * ldy + (size_t)(j - j0) * IFL_Q8_TILE_N, acc, sizeof acc);
+        }
+    }
 }
 
 /* Cody-Waite range reduction + degree-6 Taylor polynomial on [-ln2/2, ln2/2]: the scalar exp

@@ -644,7 +644,7 @@ static const ifl_cpu_kernels k_avx2 = {
     .nk_widen = nk_widen_avx2,
     /* bf16 above 40 rows (perf.md: lm_head at 64 rows +13%; at 12-32 rows the copy costs more
      * than the shifts it saves); f16 converts in one instruction and is not widened */
-    .nk_widen_above = {1 << 30, 1 << 30, 40},
+    .nk_widen_above = {1 << 30, 1 << 30, 40, 1 << 30},
     .bf16_group = 16,
     .unpermute_bf16 = unpermute16,
     .gemm = ifl_gemm_avx2,
@@ -652,7 +652,9 @@ static const ifl_cpu_kernels k_avx2 = {
      * strip of W for only one or two groups of six (perf.md, 2026-12-05: bf16 products of 5-8
      * rows 30-60% faster alone, of 12 level to faster; batch 6 decode 16.2 -> 12.3 ms); f32
      * weights, twice the bytes, gain less and only to 8 rows */
-    .gemm_above = {8, 12, 12},
+    .q8_tiles = ifl_q8_tiles_avx2,
+    .q8_max_m = IFL_Q8_AVX2_MAX_M,
+    .gemm_above = {8, 12, 12, 1 << 30},
     .exp = exp_avx2,
     .gelu_tanh = gelu_tanh_avx2,
     .layernorm = layernorm_avx2,

@@ -47,6 +47,12 @@ static void nk_panels_scalar(float *y, int32_t ldy, const float *xp, int32_t KB,
             }
 }
 
+static void q8_tiles_scalar(float *y, int32_t ldy, const int16_t *xq, const float *xs, int32_t KB,
+                            const void *W, int32_t j0, int32_t j1, int M)
+{
+    ifl_q8_tiles_c(y, ldy, xq, xs, KB, W, j0, j1, M);
+}
+
 static void exp_scalar(float *y, const float *x, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -119,7 +125,9 @@ static const ifl_cpu_kernels k_scalar = {
     .bf16_group = 0,
     .unpermute_bf16 = NULL,
     .gemm = NULL,
-    .gemm_above = {1 << 30, 1 << 30, 1 << 30},
+    .gemm_above = {1 << 30, 1 << 30, 1 << 30, 1 << 30},
+    .q8_tiles = q8_tiles_scalar,
+    .q8_max_m = 4,
     .exp = exp_scalar,
     .gelu_tanh = gelu_tanh_scalar,
     .layernorm = layernorm_scalar,

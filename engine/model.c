@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "util.h"
 
@@ -193,22 +194,24 @@ static void place_tensor(ifl_model *m, const ifl_model_opts *opts, tensor_spec *
     }
     s->held = opts && opts->convert ? opts->dtype : t->dtype;
     s->layout = IFL_LAYOUT_ROWS;
-    if (opts && opts->cpu_layout) {
-        size_t nl = strlen(s->name);
-        int is_conv1d =
-            !strncmp(s->name, "h.", 2) && nl > 7 && !strcmp(s->name + nl - 7, ".weight");
-        int is_head = !strcmp(s->name, "lm_head.weight") ||
-                      (!strcmp(s->name, "wte.weight") && m->cfg.tie_word_embeddings);
+    size_t nl = strlen(s->name);
+    int is_conv1d = !strncmp(s->name, "h.", 2) && nl > 7 && !strcmp(s->name + nl - 7, ".weight");
+    int is_head = !strcmp(s->name, "lm_head.weight") ||
+                  (!strcmp(s->name, "wte.weight") && m->cfg.tie_word_embeddings);
+    if (s->held == IFL_DTYPE_Q8 && !is_conv1d && !is_head && strcmp(s->name, "wte.weight"))
+        s->held = IFL_DTYPE_F32; /* the position embeddings stay in float */
+    if (opts && opts->cpu_layout)
         s->layout = is_head ? IFL_LAYOUT_NK4 : is_conv1d ? IFL_LAYOUT_KN8 : IFL_LAYOUT_ROWS;
-    }
-    size_t es = ifl_dtype_size(s->held);
-    size_t elems = ifl_layout_elems(s->layout, s->held, (int32_t)s->d0, (int32_t)s->d1);
-    if (s->held != t->dtype || s->layout != IFL_LAYOUT_ROWS || ((uintptr_t)t->data % es) != 0) {
+    if (s->held == IFL_DTYPE_Q8 && s->layout == IFL_LAYOUT_ROWS)
+        s->layout = IFL_LAYOUT_NK4; /* an untied wte: its rows read from the tiles as the head's */
+    size_t bytes = ifl_layout_bytes(s->layout, s->held, (int32_t)s->d0, (int32_t)s->d1);
+    size_t align = s->held == IFL_DTYPE_Q8 ? 1 : ifl_dtype_size(s->held);
+    if (s->held != t->dtype || s->layout != IFL_LAYOUT_ROWS || ((uintptr_t)t->data % align) != 0) {
         s->in_arena = 1;
         s->arena_off = *arena;
-        *arena += (elems * es + 63) & ~(size_t)63;
+        *arena += (bytes + 63) & ~(size_t)63;
     }
-    m->weight_bytes += elems * es;
+    m->weight_bytes += bytes;
 }
 
 /* One arena of `bytes` for everything converted (none when 0). */
@@ -229,14 +232,14 @@ static int map_arena(ifl_model *m, size_t bytes, ifl_err *err)
 }
 
 /* Fills s's field: converts or repacks into the arena where place_tensor said so. */
-static void fill_tensor(ifl_model *m, const tensor_spec *s)
+static int fill_tensor(ifl_model *m, const tensor_spec *s, ifl_err *err)
 {
     const ifl_st_tensor *t = s->src;
     void *dst = s->in_arena ? (char *)m->arena + s->arena_off : NULL;
     if (s->n_dims == 1) {
         convert_tensor(dst, IFL_DTYPE_F32, t);
         *s->vec = dst;
-        return;
+        return 0;
     }
     if (dst && s->layout == IFL_LAYOUT_ROWS) {
         convert_tensor(dst, s->held, t);
@@ -246,17 +249,37 @@ static void fill_tensor(ifl_model *m, const tensor_spec *s)
                        .rows = (int32_t)s->d0,
                        .cols = (int32_t)s->d1,
                        .data = t->data};
-        ifl_mat_repack(dst, s->layout, s->held, &src);
+        int32_t br = 0, bc = 0;
+        int rc = ifl_mat_repack(dst, s->layout, s->held, &src, &br, &bc);
+        if (rc == -2)
+            return ifl_err_set(err, "%s: out of memory quantizing tensor '%s'", m->st.path,
+                               t->name);
+        if (rc)
+            return ifl_err_set(err,
+                               "%s: tensor '%s' value [%d, %d] = %g cannot be held as %s (weights "
+                               "must be finite, and |w| at most 65504 * 127 for q8's f16 scales)",
+                               m->st.path, t->name, br, bc, (double)ifl_mat_get(&src, br, bc),
+                               ifl_dtype_name(s->held));
     }
     s->mat->dtype = s->held;
     s->mat->layout = s->layout;
     /* sgemm reads row-major f32 directly: keep the checkpoint's copy in view when it is one */
-    if (s->layout != IFL_LAYOUT_ROWS && s->held == IFL_DTYPE_F32 && t->dtype == IFL_DTYPE_F32 &&
-        (uintptr_t)t->data % 4 == 0)
-        s->mat->rows_data = t->data;
     s->mat->rows = (int32_t)s->d0;
     s->mat->cols = (int32_t)s->d1;
     s->mat->data = dst ? dst : t->data;
+    return 0;
+}
+
+/* The pages of tensor t's bytes in the mapping go back to the kernel (its copy is in the arena):
+ * a served model is not resident twice, and loading keeps at most one tensor's source resident
+ * beyond the arena. Pages shared with a neighbour still in use stay (only whole pages inside t). */
+static void release_source(const ifl_st_tensor *t, size_t page)
+{
+    uintptr_t a = ((uintptr_t)t->data + page - 1) & ~(uintptr_t)(page - 1);
+    uintptr_t e = ((uintptr_t)t->data + (size_t)t->numel * ifl_dtype_size(t->dtype)) &
+                  ~(uintptr_t)(page - 1);
+    if (e > a)
+        madvise((void *)a, e - a, MADV_DONTNEED);
 }
 
 int ifl_model_load(ifl_model *m, const char *dir, const ifl_model_opts *opts, ifl_err *err)
@@ -274,6 +297,19 @@ int ifl_model_load(ifl_model *m, const char *dir, const ifl_model_opts *opts, if
     if (open_files(m, dir, path, sizeof path, &prefix, err))
         goto out;
     const ifl_config *c = &m->cfg;
+    if (opts && opts->convert && opts->dtype == IFL_DTYPE_Q8 && !opts->cpu_layout) {
+        char fl[64];
+        ifl_err_set(err,
+                    "%s: q8 weights are held only in the CPU backend's tiles; a backend that reads "
+                    "the checkpoint's layout runs %s",
+                    dir, ifl_format_list(IFL_BACKEND_CUDA, fl, sizeof fl));
+        goto out;
+    }
+    if (opts && opts->convert && !ifl_format_get(opts->dtype)) {
+        ifl_err_set(err, "%s: weight format %d is not one of the registry's", dir,
+                    (int)opts->dtype);
+        goto out;
+    }
     m->layers = calloc((size_t)c->n_layer, sizeof *m->layers);
     specs = calloc((size_t)c->n_layer * 12 + 8, sizeof *specs);
     if (!m->layers || !specs) {
@@ -287,14 +323,26 @@ int ifl_model_load(ifl_model *m, const char *dir, const ifl_model_opts *opts, if
         if (find_tensor(m, path, prefix, &specs[i], err))
             goto out;
         place_tensor(m, opts, &specs[i], &arena);
-        if (specs[i].n_dims == 2 && specs[i].held != specs[0].held)
+        /* q8 keeps the position embeddings in float by design: not a mix */
+        if (specs[i].n_dims == 2 && specs[i].held != specs[0].held &&
+            !(specs[0].held == IFL_DTYPE_Q8 && !strcmp(specs[i].name, "wpe.weight")))
             m->mixed_dtypes = 1;
     }
     /* Pass 2: one arena for everything converted, then point every field. */
     if (map_arena(m, arena, err))
         goto out;
-    for (int i = 0; i < n; i++)
-        fill_tensor(m, &specs[i]);
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    int all_in_arena = 1;
+    for (int i = 0; i < n; i++) {
+        if (fill_tensor(m, &specs[i], err))
+            goto out;
+        if (specs[i].in_arena)
+            release_source(specs[i].src, page);
+        all_in_arena &= specs[i].in_arena;
+    }
+    /* nothing points into the file any more: unmap it (the header's tensor list is not needed) */
+    if (all_in_arena)
+        ifl_st_close(&m->st);
     if (c->tie_word_embeddings)
         m->lm_head = m->wte;
     rc = 0;

@@ -9,18 +9,64 @@
 #include <stdint.h>
 #include <string.h>
 
+/* The weight formats. Three are floats a checkpoint stores (one value per element); q8 holds 8-bit
+ * integers with a scale per block of 32 along K, made at load from any of them, and lives only in
+ * the CPU backend's tile layout (below). What each is and who runs it: the registry, ifl_format. */
 typedef enum {
     IFL_DTYPE_F32 = 0,
     IFL_DTYPE_F16 = 1,
     IFL_DTYPE_BF16 = 2,
+    IFL_DTYPE_Q8 = 3,
+    IFL_DTYPE_COUNT = 4 /* arrays indexed by format have this many entries */
 } ifl_dtype;
 
+/* Which backends run a format's matrices (ifl_format.backends). */
+enum { IFL_BACKEND_CPU = 1u, IFL_BACKEND_CUDA = 2u };
+
+/* One weight format: the registry's entry (tensor.c). Everything that depends on the set of formats
+ * asks here, so a new one is one entry, and an unknown one is an error, never another format. */
+typedef struct {
+    ifl_dtype dtype;
+    const char *name;    /* "f32", "f16", "bf16", "q8": what --weights and the logs say */
+    const char *about;   /* e.g. "8-bit integers, an f16 scale per 32 along K" */
+    int32_t block_elems; /* elements that share a block (1: plain floats) */
+    int32_t block_bytes; /* bytes of one block, its scale included */
+    int stored;          /* 1: a safetensors checkpoint holds it (make-model can write it) */
+    unsigned backends;   /* IFL_BACKEND_* bits */
+} ifl_format;
+
+/* The entry of format t; NULL when t is not one. */
+const ifl_format *ifl_format_get(ifl_dtype t);
+/* The names of the formats whose backends include every bit of `backends` (0: all), e.g. "f32,
+ * f16, bf16, q8", written into buf (cap bytes); returns buf. */
+const char *ifl_format_list(unsigned backends, char *buf, size_t cap);
+
+/* Bytes of one element of a float format (q8's elements have no size of their own: see
+ * ifl_layout_bytes). */
 static inline size_t ifl_dtype_size(ifl_dtype t)
 {
     return t == IFL_DTYPE_F32 ? 4 : 2;
 }
-const char *ifl_dtype_name(ifl_dtype t);            /* "f32", "f16", "bf16" */
-int ifl_dtype_parse(const char *s, ifl_dtype *out); /* accepts f32/f16/bf16; -1 otherwise */
+const char *ifl_dtype_name(ifl_dtype t);            /* the registry's name, "?" for none */
+int ifl_dtype_parse(const char *s, ifl_dtype *out); /* any format's name (F32, float32 ... too); -1
+                                                       otherwise */
+
+/* q8's tiles. A product y = x @ W (K inputs, N outputs) reads q8 weights as tiles of IFL_Q8_BLOCK
+ * inputs by IFL_Q8_TILE_N outputs, output-tile major: tile (j, kb) (outputs 32j..32j+31, inputs
+ * k = 32kb..32kb+31) at byte (j * KB + kb) * IFL_Q8_TILE_BYTES, KB = ceil(K / 32):
+ *   bytes [0, 1024):    int8 values q in [-127, 127], 16 pairs of inputs: pair p (k = 32kb + 2p and
+ *                       2p + 1) at 64p, output c's two values side by side at 64p + 2c + (k & 1)
+ *                       (what a multiply-add of 16-bit pairs takes);
+ *   bytes [1024, 1088): output c's scale d as f16 at 1024 + 2c.
+ * w(k, n) = q * d; past K and N both are zero. The scale is the block's largest |w| / 127 rounded
+ * to f16 (one f16 step up where that left the largest |w| beyond 127.5 d: among f16's subnormals),
+ * q = round(w / d) (tensor.c, ifl_mat_repack), so every value is within d / 2 of q * d. A Conv1D weight (K = rows) is q8 in
+ * IFL_LAYOUT_KN8, the lm_head (K = cols) in IFL_LAYOUT_NK4: the layout says which of the matrix's
+ * dimensions is K, the tiles are the same. */
+#define IFL_Q8_BLOCK 32
+#define IFL_Q8_TILE_N 32
+#define IFL_Q8_TILE_BYTES 1088
+#define IFL_Q8_SCALES_AT 1024
 
 /* How a matrix's elements are stored. The panel layouts are the CPU backend's: the decode
  * kernels then read weights in one sequential stream (measured 13-25% more bandwidth than
@@ -47,13 +93,13 @@ typedef struct {
                               mmap'd checkpoint behind a panel-layout copy), else NULL */
 } ifl_mat;
 
-/* Elements per 64-byte panel row. */
+/* Elements per 64-byte panel row (float formats; q8: a tile's outputs). */
 static inline int32_t ifl_panel_width(ifl_dtype t)
 {
     return t == IFL_DTYPE_F32 ? 16 : 32;
 }
 
-/* Element offset of logical (r, c) in a matrix of this layout. */
+/* Element offset of logical (r, c) in a matrix of this layout (float formats only). */
 static inline size_t ifl_mat_offset(const ifl_mat *m, int32_t r, int32_t c)
 {
     int32_t cw = ifl_panel_width(m->dtype);
@@ -72,15 +118,24 @@ static inline size_t ifl_mat_offset(const ifl_mat *m, int32_t r, int32_t c)
     }
 }
 
-/* Elements the storage of a rows x cols matrix takes in `layout` (padding included). */
+/* Elements the storage of a rows x cols matrix of a float format takes in `layout` (padding
+ * included). */
 size_t ifl_layout_elems(ifl_layout layout, ifl_dtype t, int32_t rows, int32_t cols);
+/* Bytes the same takes, for every format (q8: in KN8 or NK4 only; 0 for q8 in IFL_LAYOUT_ROWS). */
+size_t ifl_layout_bytes(ifl_layout layout, ifl_dtype t, int32_t rows, int32_t cols);
 
-/* Writes src (any layout, any dtype) into dst as `layout` and dtype `t`; dst must hold
- * ifl_layout_elems(layout, t, rows, cols) elements; padding is zero. */
-void ifl_mat_repack(void *dst, ifl_layout layout, ifl_dtype t, const ifl_mat *src);
+/* Writes src (any layout, a float format) into dst as `layout` and format `t`; dst must hold
+ * ifl_layout_bytes(layout, t, rows, cols) bytes; padding is zero. q8 (KN8 or NK4 only) is
+ * quantized: -1, with the first value it cannot hold in *bad_r, *bad_c (a NaN or an infinity, or a
+ * block whose scale overflows f16: |w| above 65504 * 127), else 0; the float formats always 0.
+ * -2: out of memory. bad_r and bad_c may be NULL. */
+int ifl_mat_repack(void *dst, ifl_layout layout, ifl_dtype t, const ifl_mat *src, int32_t *bad_r,
+                   int32_t *bad_c);
 
-/* Row r of m as f32 (cols values). */
+/* Row r of m as f32 (cols values), any format and layout. */
 void ifl_mat_row_f32(const ifl_mat *m, int32_t r, float *out);
+/* Element (r, c) of m as f32, any format and layout. */
+float ifl_mat_get(const ifl_mat *m, int32_t r, int32_t c);
 
 static inline float ifl_bf16_to_f32(uint16_t h)
 {

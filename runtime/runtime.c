@@ -27,14 +27,15 @@ static int resolve_isa(ifl_runtime *rt, ifl_isa want, ifl_err *err)
     return 0;
 }
 
-int ifl_runtime_resolve(ifl_runtime *rt, ifl_device want, ifl_isa isa, ifl_err *err)
+int ifl_runtime_resolve(ifl_runtime *rt, ifl_device want, ifl_isa isa,
+                        const ifl_model_opts *weights, ifl_err *err)
 {
     memset(rt, 0, sizeof *rt);
     rt->device = IFL_DEVICE_CPU;
     rt->isa = IFL_ISA_SCALAR;
     if (resolve_isa(rt, isa, err))
         return -1;
-    return ifl_device_resolve(want, &rt->device, rt->why, (int)sizeof rt->why, err);
+    return ifl_device_resolve(want, weights, &rt->device, rt->why, (int)sizeof rt->why, err);
 }
 
 /* $INFLIGHT_VOCAB_DIR, or NULL when unset or empty. */

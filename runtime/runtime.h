@@ -11,8 +11,10 @@
  *
  * Use (the server's order; the CLI does the same on one thread):
  *     ifl_runtime rt;
- *     ifl_runtime_resolve(&rt, want, isa, &err);  main thread, at start, before any thread that
- *                                             computes: --device cuda without a GPU and --isa
+ *     ifl_runtime_resolve(&rt, want, isa, &opts.model_opts, &err);
+ *                                             main thread, at start, before any thread that
+ *                                             computes: --device cuda without a GPU or with
+ *                                             weights its backend cannot run (q8), and --isa
  *                                             avx512 on a CPU without it fail here; rt.device,
  *                                             rt.why, rt.isa, rt.isa_why are set, and rt.isa is
  *                                             the process's family (ifl_isa_select: the CPU
@@ -75,11 +77,14 @@ typedef struct ifl_runtime {
                      * ", isa NAME" (on CUDA ", host isa NAME": the sampler's helpers) */
 } ifl_runtime;
 
-/* Clears rt, then resolves --device (ifl_device_resolve) into rt->device and rt->why, and --isa
- * (IFL_ISA_AUTO: $INFLIGHT_ISA when set, else the best the CPU has) into rt->isa and rt->isa_why,
- * making it the process's family (ifl_isa_select). An ISA the CPU lacks is an error naming what it
- * has ("--isa avx512: this CPU cannot run it (it has: avx2 fma f16c)"). */
-int ifl_runtime_resolve(ifl_runtime *rt, ifl_device want, ifl_isa isa, ifl_err *err);
+/* Clears rt, then resolves --device for the weights' format (ifl_device_resolve: weights is
+ * --weights, NULL for as stored; q8 runs on the CPU only, so auto picks the CPU and cuda is an
+ * error) into rt->device and rt->why, and --isa (IFL_ISA_AUTO: $INFLIGHT_ISA when set, else the
+ * best the CPU has) into rt->isa and rt->isa_why, making it the process's family
+ * (ifl_isa_select). An ISA the CPU lacks is an error naming what it has ("--isa avx512: this CPU
+ * cannot run it (it has: avx2 fma f16c)"). */
+int ifl_runtime_resolve(ifl_runtime *rt, ifl_device want, ifl_isa isa,
+                        const ifl_model_opts *weights, ifl_err *err);
 
 /* Loads everything for the resolved device (see the top of this file): ifl_runtime_load_model,
  * then ifl_runtime_start_backends. On failure err says what and where; what was made so far stays

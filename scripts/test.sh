@@ -96,7 +96,7 @@ scripts/build.sh build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DINFLIGHT_TSAN=ON
   -DINFLIGHT_CUDA=OFF "${native[@]}"
 IFL_TEST_QUICK=1 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
   ctest --test-dir build-tsan --output-on-failure --no-tests=error -j "$jobs" \
-  -R 'test_fifo|test_kv|test_batcher|test_batched|test_prefix_cache|test_matmul|test_threadpool|test_work_ranges|test_client|integration_load|integration_cancel_close|integration_wire|integration_pipelining|integration_history_stream|integration_conversation|integration_logprobs|db_load|db_failures' \
+  -R 'test_fifo|test_kv|test_batcher|test_batched|test_prefix_cache|test_matmul|test_q8_avx|test_threadpool|test_work_ranges|test_client|integration_load|integration_cancel_close|integration_wire|integration_pipelining|integration_history_stream|integration_conversation|integration_logprobs|db_load|db_failures' \
   -E '_scalar$'
 end
 

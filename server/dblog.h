@@ -63,6 +63,7 @@ typedef struct {
     int32_t n_offsets;
     const char *conversation; /* the client's conversation id; NULL or "": none */
     int32_t cached_tokens;    /* of the prompt, from the prefix cache; -1: unknown (refused) */
+    const char *weights;      /* the format the weights were held in ("q8"); NULL: unknown */
 } ifl_dblog_request;
 
 typedef struct {

@@ -246,6 +246,11 @@ static void live_stats(server *s, metrics_live *live)
 {
     memset(live, 0, sizeof *live);
     live->isa = ifl_isa_name(s->rt.isa); /* resolved before the service started */
+    /* the format: --weights' when it names one, else the model's once it is loaded */
+    if (atomic_load(&s->ready))
+        live->weights = ifl_model_dtype_name(&s->rt.model);
+    else if (s->o->model_opts.convert)
+        live->weights = ifl_dtype_name(s->o->model_opts.dtype);
     live->event_loop = s->uv ? "libuv" : "poll";
     live->ready = atomic_load(&s->ready) && !s->rl.stopping;
     if (s->log.db) {

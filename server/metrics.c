@@ -337,10 +337,14 @@ static void render_db(const metrics_live *live, strbuf *sb)
 void metrics_render(const metrics *m, const metrics_live *live, strbuf *sb)
 {
     family(sb, "inflight_build_info", "gauge",
-           "Always 1: the server's version, the CPU kernel family in use (--isa) and the event "
-           "loop (--event-loop).");
-    sb_printf(sb, "inflight_build_info{version=\"%s\",isa=\"%s\",event_loop=\"%s\"} 1\n",
+           "Always 1: the server's version, the CPU kernel family in use (--isa), the format the "
+           "weights are held in (--weights; unknown while a model kept as stored loads) and the "
+           "event loop (--event-loop).");
+    sb_printf(sb,
+              "inflight_build_info{version=\"%s\",isa=\"%s\",weights=\"%s\",event_loop=\"%s\"} "
+              "1\n",
               INFLIGHT_VERSION, live->isa ? live->isa : "unknown",
+              live->weights ? live->weights : "unknown",
               live->event_loop ? live->event_loop : "unknown");
     render_requests(m, sb);
     render_batchers(live, sb);

@@ -77,6 +77,8 @@ typedef struct {
     int db_enabled; /* --db given */
     ifl_dblog_stats db;
     const char *isa;        /* the CPU kernel family in use (cpu_isa.h), for inflight_build_info */
+    const char *weights;    /* the weights' format (the registry's name, tensor.h), likewise; NULL:
+                               not known yet (as stored, while the model loads) */
     const char *event_loop; /* "libuv" or "poll" */
 } metrics_live;
 

@@ -30,6 +30,12 @@ char *reqlog_params_json(const req_params *p, uint64_t seed)
     return sb_steal(&sb);
 }
 
+/* The format the served model's weights are held in ("q8"), or NULL. */
+static const char *weights_name(const reqlog *lg)
+{
+    return lg->model ? ifl_model_dtype_name(lg->model) : NULL;
+}
+
 /* The fields every request record has, finished or refused. */
 static ifl_dblog_request base_record(const reqlog *lg, const srv_req *r,
                                      char session[REQ_SESSION_HEX])
@@ -54,6 +60,7 @@ static ifl_dblog_request base_record(const reqlog *lg, const srv_req *r,
         .ttft_ms = -1,
         .total_ms = -1,
         .tokens_per_s = -1,
+        .weights = weights_name(lg),
     };
 }
 
@@ -64,9 +71,10 @@ static void stderr_line(const reqlog *lg, const srv_req *r, const req_result *re
     char session[REQ_SESSION_HEX];
     req_session_hex(r->session, session);
     fprintf(stderr,
-            "inflight: request %s/%s policy=%s prompt_tokens=%d tokens=%d finish=%s "
+            "inflight: request %s/%s policy=%s weights=%s prompt_tokens=%d tokens=%d finish=%s "
             "queue_ms=%.1f ttft_ms=%.1f total_ms=%.1f tokens_per_s=%.1f%s%s%s\n",
-            session, r->id, ifl_policy_name(r->policy), res->prompt_tokens,
+            session, r->id, ifl_policy_name(r->policy),
+            weights_name(lg) ? weights_name(lg) : "unknown", res->prompt_tokens,
             res->completion_tokens, ifl_finish_name(res->finish), res->queue_ms,
             res->ttft_ms < 0 ? 0 : res->ttft_ms, res->total_ms, res->tokens_per_s,
             owner_gone ? " (connection closed)" : "", res->message ? " error=" : "",

@@ -50,10 +50,13 @@ typedef struct {
 } reqlog_refusals;
 
 struct reqlog {
-    ifl_dblog *db;         /* NULL: no SQLite log */
-    int lines;             /* one stderr line per finished request */
-    uint64_t t0_us;        /* monotonic us at start */
-    double epoch_ms_at_t0; /* wall clock (Unix ms) when t0_us was read */
+    ifl_dblog *db;          /* NULL: no SQLite log */
+    const ifl_model *model; /* the served model: its weights' format (ifl_model_dtype_name) goes
+                               in each request's line and row; read only for requests, which
+                               exist once it is loaded; NULL: not logged */
+    int lines;              /* one stderr line per finished request */
+    uint64_t t0_us;         /* monotonic us at start */
+    double epoch_ms_at_t0;  /* wall clock (Unix ms) when t0_us was read */
     uint64_t last_step_logged[IFL_N_POLICIES];
     reqlog_refusals refusals; /* the budget of refused requests' rows */
 };

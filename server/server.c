@@ -553,8 +553,8 @@ static int service_loop(server *s)
     return rc;
 }
 
-/* Resolves --device and --isa before anything starts, so that a missing GPU or instruction set
- * fails at once. */
+/* Resolves --device (for the --weights format) and --isa before anything starts, so that a
+ * missing GPU, weights the device cannot run or a missing instruction set fail at once. */
 static int resolve_device(server *s)
 {
     ifl_device want;
@@ -564,7 +564,7 @@ static int resolve_device(server *s)
                 s->o->device);
         return -1;
     }
-    if (ifl_runtime_resolve(&s->rt, want, s->o->isa, &err)) {
+    if (ifl_runtime_resolve(&s->rt, want, s->o->isa, &s->o->model_opts, &err)) {
         fprintf(stderr, "inflight serve: %s\n", err.msg);
         return -1;
     }
@@ -582,6 +582,7 @@ static server *server_new(const ifl_server_opts *o)
     bridge_init(&s->bridge);
     metrics_init(&s->m);
     s->log = (reqlog){.lines = o->log_requests && !o->quiet,
+                      .model = &s->rt.model,
                       .t0_us = s->t0_us,
                       .epoch_ms_at_t0 = ifl_db_now_ms()};
     s->rl = (req_layer){.rt = &s->rt,

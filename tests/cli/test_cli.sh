@@ -2,8 +2,10 @@
 # test_cli.sh: the `inflight` binary end to end: help and usage errors, make-model, tokenize against
 # the JavaScript reference, generate (reproducible with a seed, --ids equal to the streamed text),
 # --device and --isa (what is chosen is printed; an ISA the CPU lacks is refused, on CPUs emulated
-# by qemu-user-static where this one has every family), and clear errors with non-zero exits for
-# bad models and bad options.
+# by qemu-user-static where this one has every family), --weights (the format registry's names in
+# the help and in the refusal of an unknown one; q8 makes --device auto pick the CPU and is refused
+# by --device cuda, in every build; make-model refuses to store it), and clear errors with non-zero
+# exits for bad models and bad options.
 # usage: test_cli.sh INFLIGHT_BINARY VOCAB_DIR
 set -u
 bin=$1
@@ -66,9 +68,38 @@ printf '%s\n' "$a" | "$bin" tokenize --model "$m" --decode >"$tmp/text.ids"
 printf '\n' >>"$tmp/text.ids"
 check "streamed text equals the decoded --ids" cmp -s "$tmp/text" "$tmp/text.ids"
 check "timing line on stderr" grep -qE "prompt 4 tokens .* ms/token .* tok/s" "$tmp/timing"
-for w in f32 f16 bf16; do
+for w in f32 f16 bf16 q8; do
   check "--weights $w" sh -c "'$bin' generate --model '$m' --prompt hi -n 3 --weights $w --ids >/dev/null 2>&1"
 done
+# q8 (8-bit weights, made at load; the CPU backend only): the format decides the device before any
+# GPU is probed, so these hold in every build, with a GPU or without one, with CUDA or without it
+"$bin" generate --model "$m" --prompt hi -n 3 --weights q8 --ids >"$tmp/q8.out" 2>"$tmp/q8.err"
+check "--weights q8 with --device auto generates 3 ids ($(cat "$tmp/q8.out"))" test "$(wc -w <"$tmp/q8.out")" -eq 3
+check "--weights q8: auto picks the CPU and says why: $(grep -m1 ': device ' "$tmp/q8.err")" \
+  grep -qx "inflight generate: device cpu (auto: q8 weights run on the CPU only)" "$tmp/q8.err"
+check "--weights q8: the description line says weights q8" grep -qE "^inflight generate: .*, weights q8, " "$tmp/q8.err"
+cuda_q8="--device cuda: the CUDA backend runs f32, f16, bf16 weights, not q8; q8 runs on the CPU only \(--device cpu or auto\)"
+expect_exit 1 "$cuda_q8" "$bin" generate --model "$m" --prompt hi --weights q8 --device cuda
+expect_exit 1 "$cuda_q8" "$bin" bench --engine --model "$m" --weights q8 --device cuda
+expect_exit 1 "$cuda_q8" "$bin" bench --model "$m" --weights q8 --device cuda
+# --weights names the registry's formats: in its help, and in the refusal of one that is not
+choices="f32, f16, bf16, q8 or auto"
+for c in generate bench "bench --engine" "bench --turns" "bench --choices"; do
+  check "$c --help lists --weights f32|f16|bf16|q8|auto" sh -c "'$bin' $c --help | grep -q -- '--weights f32|f16|bf16|q8|auto'"
+  # shellcheck disable=SC2086 # $c is the command and its mode
+  expect_exit 2 "^inflight bench: --weights: 'q9' is not a weight format: $choices\$|^inflight generate: --weights: 'q9' is not a weight format: $choices\$" \
+    "$bin" $c --model "$m" --weights q9
+done
+if "$bin" serve --help >/dev/null 2>&1; then
+  check "serve --help lists --weights f32|f16|bf16|q8|auto" sh -c "'$bin' serve --help | grep -q -- '--weights f32|f16|bf16|q8|auto'"
+  expect_exit 2 "^inflight serve: --weights: 'q9' is not a weight format: $choices\$" "$bin" serve --model "$m" --weights q9
+  expect_exit 1 "$cuda_q8" "$bin" serve --model "$m" --weights q8 --device cuda --port 0
+fi
+# a checkpoint holds only the stored formats: make-model refuses q8, naming them
+expect_exit 2 "^inflight make-model: --dtype: q8 is not stored in checkpoints \(it is made when a model loads: --weights q8\); a checkpoint holds f32, f16 or bf16\$" \
+  "$bin" make-model --out "$tmp/q8model" --dtype q8
+check "make-model --dtype q8 wrote nothing" test ! -e "$tmp/q8model"
+check "make-model --help lists --dtype f32|f16|bf16" sh -c "'$bin' make-model --help | grep -q -- '--dtype f32|f16|bf16 '"
 
 # the scheduler benchmark, both policies, closed and open loop (tiny run)
 "$bin" bench --model "$m" --concurrency 3 --max-tokens 4 --interval-ms 5 >"$tmp/bench" 2>&1
@@ -82,7 +113,6 @@ expect_exit 1 "config.json: cannot open" "$bin" generate --model "$tmp/nope" --p
 expect_exit 1 "exceeds the model's context of 128" "$bin" generate --model "$m" --prompt hi -n 500
 expect_exit 2 "--temperature: 'warm'" "$bin" generate --model "$m" --prompt hi --temperature warm
 expect_exit 2 "--top-p" "$bin" generate --model "$m" --prompt hi --top-p 0
-expect_exit 2 "--weights: 'q8'" "$bin" generate --model "$m" --prompt hi --weights q8
 expect_exit 2 "--prompt TEXT is required" "$bin" generate --model "$m"
 expect_exit 2 "unknown option" "$bin" generate --model "$m" --prompt hi --frobnicate
 # --device: auto says what it chose and why; cuda fails with the reason exactly when auto did not

@@ -79,7 +79,7 @@ static void one_case(ifl_threadpool *tp, ifl_rng *rng, ifl_dtype dt, int nk, int
     if (packed) { /* the panel layouts the streaming kernels read */
         ifl_layout lay = nk ? IFL_LAYOUT_NK4 : IFL_LAYOUT_KN8;
         wp = aligned_alloc(64, (ifl_layout_elems(lay, dt, W.rows, W.cols) * 4 + 63) & ~(size_t)63);
-        ifl_mat_repack(wp, lay, dt, &W);
+        ifl_mat_repack(wp, lay, dt, &W, NULL, NULL);
         W.layout = lay;
         W.data = wp;
         for (int32_t r = 0; r < W.rows; r++) /* the packed matrix reads back the same */
@@ -181,7 +181,7 @@ static void *random_panels(ifl_rng *rng, ifl_dtype dt, ifl_layout lay, int32_t r
     ifl_convert_from_f32(w, dt, wf, nw);
     W0.data = w;
     void *wp = aligned_alloc(64, (ifl_layout_elems(lay, dt, rows, cols) * 4 + 63) & ~(size_t)63);
-    ifl_mat_repack(wp, lay, dt, &W0);
+    ifl_mat_repack(wp, lay, dt, &W0, NULL, NULL);
     free(wf);
     free(w);
     return wp;

@@ -58,12 +58,13 @@ static void reset_work(void)
     }
 }
 
-/* Loads `work` and checks that it fails with every `want` substring in the message. */
-static void expect_load_error(const char *what, const char *want1, const char *want2)
+/* Loads `work` (with opts) and checks that it fails with every `want` substring in the message. */
+static void expect_load_error_opts(const char *what, const ifl_model_opts *opts, const char *want1,
+                                   const char *want2)
 {
     ifl_model m;
     ifl_err err = {{0}};
-    int rc = ifl_model_load(&m, work, NULL, &err);
+    int rc = ifl_model_load(&m, work, opts, &err);
     if (rc == 0) {
         fprintf(stderr, "FAIL %s: loaded without error\n", what);
         test_failures++;
@@ -77,6 +78,47 @@ static void expect_load_error(const char *what, const char *want1, const char *w
                 want2 ? want2 : "", want2 ? "'" : "");
         test_failures++;
     }
+}
+
+static void expect_load_error(const char *what, const char *want1, const char *want2)
+{
+    expect_load_error_opts(what, NULL, want1, want2);
+}
+
+/* q8: asked of a load that keeps the checkpoint's layout; a weight it cannot hold (NaN, infinity,
+ * beyond an f16 scale) names the tensor and the value's row and column. */
+static void q8_errors(void)
+{
+    ifl_model_opts rows = {.convert = 1, .dtype = IFL_DTYPE_Q8, .cpu_layout = 0};
+    expect_load_error_opts("q8 without the CPU's layout", &rows, "q8 weights are held only",
+                           "runs f32, f16, bf16");
+    static const float bad[3] = {NAN, INFINITY, 2e10f};
+    for (int i = 0; i < 3; i++) {
+        reset_work();
+        char p[4200];
+        path_in(p, work, "model.safetensors");
+        ifl_safetensors st;
+        ifl_err err;
+        if (ifl_st_open(&st, p, &err)) {
+            CHECKF(0, "%s", err.msg);
+            return;
+        }
+        const ifl_st_tensor *t = ifl_st_find(&st, "h.1.mlp.c_proj.weight");
+        CHECK(t && t->dtype == IFL_DTYPE_F32 && t->shape[1] == 16);
+        size_t at = (size_t)((const char *)t->data - (const char *)st.map) + (5 * 16 + 9) * 4;
+        ifl_st_close(&st);
+        size_t len;
+        char *s = slurp(p, &len);
+        memcpy(s + at, &bad[i], 4);
+        spit(p, s, len);
+        free(s);
+        ifl_model_opts q8 = {.convert = 1, .dtype = IFL_DTYPE_Q8, .cpu_layout = 1};
+        char what[64];
+        snprintf(what, sizeof what, "q8 of a weight %g", (double)bad[i]);
+        expect_load_error_opts(what, &q8, "tensor 'h.1.mlp.c_proj.weight' value [5, 9]",
+                               "cannot be held as q8");
+    }
+    reset_work();
 }
 
 /* ---- config.json edits ---- */
@@ -436,6 +478,7 @@ int main(void)
         printf("%-34s -> %s\n", "merges.txt unknown token", err.msg);
         ifl_tokenizer_free(t);
     }
+    q8_errors();
     test_rmdir(base);
     test_rmdir(work);
     return test_finish("test_model_errors");

@@ -210,7 +210,7 @@ static void run_dtype(const char *dir, ifl_dtype dt)
 {
     ifl_model m;
     ifl_err err;
-    ifl_model_opts mo = {.convert = 1, .dtype = dt};
+    ifl_model_opts mo = {.convert = 1, .dtype = dt, .cpu_layout = dt == IFL_DTYPE_Q8};
     if (ifl_model_load(&m, dir, &mo, &err)) {
         fprintf(stderr, "FAIL: %s\n", err.msg);
         test_failures++;
@@ -269,7 +269,7 @@ int main(void)
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }
-    for (int dt = 0; dt < 3; dt++)
+    for (int dt = 0; dt < IFL_DTYPE_COUNT; dt++) /* q8 too */
         run_dtype(dir, (ifl_dtype)dt);
     test_rmdir(dir);
     return test_finish("test_rows");

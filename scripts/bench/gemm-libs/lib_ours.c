@@ -99,7 +99,7 @@ void lib_weights(bench_weights *w, const bench_shape *s, const float *src, ifl_d
     ow->mats = calloc((size_t)w->n, sizeof *ow->mats);
     if (!ow->mats)
         bench_die("out of memory");
-    ifl_mat_repack(ow->store, lay, dt, &rm);
+    ifl_mat_repack(ow->store, lay, dt, &rm, NULL, NULL);
     for (int i = 0; i < w->n; i++) {
         if (i > 0)
             memcpy(ow->store + (size_t)i * w->bytes, ow->store, w->bytes);
