@@ -4,7 +4,8 @@
  *      padding zero, every value within half a step, small blocks (f16's subnormal scales) too; ifl_mat_get / ifl_mat_row_f32 read the values back; NaN, infinity and a
  *      scale past f16 are refused with the value's row and column
  *   b. every family's q8_tiles against the plain-C specification (ifl_q8_tiles_c), bit for bit,
- *      over block counts, tile ranges and row counts, writing nothing past its outputs
+ *      over block counts, tile ranges and row counts, writing nothing past its outputs; where the
+ *      CPU has VNNI, once with it and once without ($INFLIGHT_NO_VNNI)
  *   c. the driver (ifl_matmul_*) in both orientations, with bias, accumulate and GELU: bit for bit
  *      the specification on the quantized rows, within 1e-4 (relative L2) of float64 on the
  *      dequantized weights, every row of an M-row product identical to the row alone, and the
@@ -389,6 +390,13 @@ int main(void)
     test_quantizer(&rng);
     for (int isa = 0; isa < IFL_ISA_COUNT; isa++)
         test_family(&rng, (ifl_isa)isa);
+    if (ifl_cpu_has_avx512vnni() || ifl_cpu_has_avxvnni()) { /* the kernels' other path too */
+        setenv("INFLIGHT_NO_VNNI", "1", 1);
+        printf("q8 kernels without VNNI:\n");
+        for (int isa = 1; isa < IFL_ISA_COUNT; isa++)
+            test_family(&rng, (ifl_isa)isa);
+        unsetenv("INFLIGHT_NO_VNNI");
+    }
     ifl_threadpool *tp1 = ifl_threadpool_new(1), *tp3 = ifl_threadpool_new(3);
     static const int32_t shapes[][2] = {{64, 192}, {96, 40}, {37, 53}, {768, 33}, {5, 7},
                                         {600, 200}};
