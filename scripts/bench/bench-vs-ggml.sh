@@ -9,13 +9,17 @@
 #                      models/bench-gpt2-124m-f32 is the model `inflight bench --engine` uses)
 #   --threads N        threads of both engines (default 2)
 #   --batches LIST     batch sizes (default 1,8,64): 1 is ggml's gpt-2-ctx, B > 1 gpt-2-batched -np B
-#   --weights LIST     our weight formats (default f32,f16,bf16); ggml runs f32 and f16
+#   --weights LIST     our weight formats (default f32,f16,bf16,q8); ggml runs the format each is
+#                      paired with: f32 with f32, f16 and bf16 with f16 (its gpt-2 has no bf16),
+#                      q8 with q8_0 (made from the f32 file by ggml's own gpt-2-quantize)
 #   --prefill N        our prefill length (default 512; 0 skips it)
 #   --steps N          decode steps of both engines (default: ours, 64 at batch 1 and 32 above)
 #   --jobs N           build parallelism (default 2)
-#   --check-tokens N   greedy tokens compared between the engines (default 8; 0 skips the check)
+#   --check-tokens N   greedy tokens compared between the engines (default 8; 0 skips the check;
+#                      f32 against f32, and q8 against q8_0 report-only: the quantizers differ)
 #   --rounds N         rounds of both engines, alternating which goes first (default 3); the
 #                      table shows each cell's median over the rounds, the notes every round's
+#                      and each cell's best round
 #   --out FILE         also write the report there
 # Environment: INFLIGHT=path of our binary (default build/inflight, built if missing).
 # ggml is built with its AVX2 path: -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
@@ -29,9 +33,11 @@ conv="$repo/scripts/bench/ggml_convert.py"
 die() { echo "bench-vs-ggml.sh: $*" >&2; exit 1; }
 say() { echo "== $*" >&2; }
 
-usage() { sed -n '5,20p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { # the header's lines from "Usage:" to the options' end
+    awk 'NR < 5 { next } !/^#/ || /^# Environment/ { exit } { sub(/^# ?/, ""); print }' "$0"
+}
 
-ggml_src="" build_dir="" work_dir="$repo/models" threads=2 batches=1,8,64 weights=f32,f16,bf16
+ggml_src="" build_dir="" work_dir="$repo/models" threads=2 batches=1,8,64 weights=f32,f16,bf16,q8
 prefill=512 steps="" jobs=2 check_tokens=8 out_file="" rounds=3
 parse_args() {
     while [ $# -gt 0 ]; do
@@ -65,9 +71,27 @@ parse_args() {
     done
     [[ "$rounds" =~ ^[1-9][0-9]?$ ]] || die "--rounds '$rounds' is not a number of rounds from 1 to 99"
     [[ "$batches" =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || die "--batches '$batches' is not a list like 1,8,64"
-    [[ "$weights" =~ ^(f32|f16|bf16)(,(f32|f16|bf16))*$ ]] ||
-        die "--weights '$weights' is not a list of f32, f16, bf16"
+    [[ "$weights" =~ ^(f32|f16|bf16|q8)(,(f32|f16|bf16|q8))*$ ]] ||
+        die "--weights '$weights' is not a list of f32, f16, bf16, q8"
+    local w f
+    gg_formats=()
+    for f in f32 f16 q8_0; do # ggml's formats the table pairs with ours, each run once
+        for w in ${weights//,/ }; do
+            [ "$(ggml_format "$w")" != "$f" ] || { gg_formats+=("$f"); break; }
+        done
+    done
 }
+
+# ggml's format paired with our format W: its gpt-2 has no bf16 (its 16-bit format is f16), and
+# q8 (int8, an f16 scale per 32 along K) is what ggml calls q8_0.
+ggml_format() {
+    case "$1" in
+    bf16) echo f16 ;;
+    q8) echo q8_0 ;;
+    *) echo "$1" ;;
+    esac
+}
+has_weights() { [[ ",$weights," == *",$1,"* ]]; }
 
 cpu_flag() { grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -qx "$1" && echo yes || echo no; }
 
@@ -78,7 +102,9 @@ machine_info() {
     our_rev=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)
     echo "Machine: $cpu, $(nproc) CPUs online; avx2 $(cpu_flag avx2), fma $(cpu_flag fma)," \
         "f16c $(cpu_flag f16c), avx512f $(cpu_flag avx512f), avx512_bf16 $(cpu_flag avx512_bf16)"
-    echo "Date: $(date -u '+%Y-%m-%d %H:%M UTC'); $(uname -sr)"
+    echo "Date: $(date -u '+%Y-%m-%d %H:%M UTC'); $(uname -sr); load average (1, 5, 15 min)" \
+        "$load_start at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end (other work" \
+        "sharing the CPUs skews both engines' figures)"
     echo "ggml: $ggml_src ($ggml_rev), built with $ggml_flags_text"
     echo "inflight: $inflight ($($inflight version 2>/dev/null | head -1), tree $our_rev)"
 }
@@ -91,9 +117,10 @@ build_ggml() {
     local gen=() log="$logs/ggml-build.log"
     command -v ninja >/dev/null && gen=(-G Ninja)
     [ -f "$build_dir/CMakeCache.txt" ] && gen=() # keep the generator it was configured with
-    say "building ggml's gpt-2-ctx and gpt-2-batched in $build_dir (log: $log)"
+    say "building ggml's gpt-2-ctx, gpt-2-batched and gpt-2-quantize in $build_dir (log: $log)"
     { cmake -S "$ggml_src" -B "$build_dir" "${gen[@]}" "${ggml_flags[@]}" &&
-        cmake --build "$build_dir" -j "$jobs" --target gpt-2-ctx gpt-2-batched; } >"$log" 2>&1 ||
+        cmake --build "$build_dir" -j "$jobs" --target gpt-2-ctx gpt-2-batched gpt-2-quantize; } \
+        >"$log" 2>&1 ||
         { tail -30 "$log" >&2; die "building ggml failed (see $log)"; }
     if ! grep -q '^GGML_AVX512:BOOL=OFF' "$build_dir/CMakeCache.txt" ||
         ! grep -q '^GGML_AVX2:BOOL=ON' "$build_dir/CMakeCache.txt"; then
@@ -101,8 +128,9 @@ build_ggml() {
     fi
     gg_ctx=$(find "$build_dir" -type f -name gpt-2-ctx -perm -u+x | head -1)
     gg_bat=$(find "$build_dir" -type f -name gpt-2-batched -perm -u+x | head -1)
-    if [ -z "$gg_ctx" ] || [ -z "$gg_bat" ]; then
-        die "gpt-2-ctx / gpt-2-batched not found in $build_dir"
+    gg_quant=$(find "$build_dir" -type f -name gpt-2-quantize -perm -u+x | head -1)
+    if [ -z "$gg_ctx" ] || [ -z "$gg_bat" ] || [ -z "$gg_quant" ]; then
+        die "gpt-2-ctx / gpt-2-batched / gpt-2-quantize not found in $build_dir"
     fi
 }
 
@@ -147,10 +175,19 @@ prepare_model() {
         "$inflight" make-model --out "$model" --preset gpt2 --seed 124 --scale 0.02 \
             --dtype f32 --vocab "$vocab" >&2
     fi
-    local ft
-    for ft in f32 f16; do
-        local bin="$model/ggml-model-$ft.bin"
-        if [ ! -f "$bin" ] || [ "$model/model.safetensors" -nt "$bin" ]; then
+    local ft bin f32bin="$model/ggml-model-f32.bin"
+    for ft in f32 "${gg_formats[@]}"; do # f32 always: the greedy check's and q8_0's source
+        bin="$model/ggml-model-$ft.bin"
+        if [ "$ft" = q8_0 ]; then
+            # ggml's own quantizer, from the f32 file (ours quantizes from the f32 checkpoint too,
+            # so neither rounds twice): wte (also the tied head) and the four projection matrices
+            # of each layer become q8_0; wpe, the LayerNorms and the biases stay f32, as in ours.
+            [ ! -f "$bin" ] || [ "$f32bin" -nt "$bin" ] || continue
+            say "quantizing $f32bin to $bin (gpt-2-quantize ... q8_0; log: $logs/ggml-quantize.log)"
+            "$gg_quant" "$f32bin" "$bin.part" q8_0 >"$logs/ggml-quantize.log" 2>&1 ||
+                { tail -5 "$logs/ggml-quantize.log" >&2; die "gpt-2-quantize failed"; }
+            mv "$bin.part" "$bin"
+        elif [ ! -f "$bin" ] || [ "$model/model.safetensors" -nt "$bin" ]; then
             say "converting to $bin"
             python3 "$conv" convert "$model" "$bin" --ftype "$ft" --vocab "$vocab/encoder.json" >&2
         fi
@@ -158,19 +195,48 @@ prepare_model() {
 }
 
 # Greedy tokens of ggml's gpt-2-ctx (f32) against `inflight generate --temperature 0` (f32): the
-# converted file holds the same model if they agree.
+# converted file holds the same model if they agree. With q8 in --weights, q8 against q8_0 too,
+# report-only: the two quantizers round differently (weights and activations), and on random
+# weights the logits' margins are so small that either engine's quantized tokens already leave its
+# own f32 tokens within the first few, so their agreement says little about the conversion. The q8
+# line also says how far each quantized engine keeps to f32.
 check_greedy() {
-    local prompt="The quick brown fox" n=$check_tokens log="$logs/check-ggml.txt" ids pids
-    "$gg_ctx" -m "$model/ggml-model-f32.bin" -t "$threads" -p "$prompt" -n "$n" --top_k 1 \
-        --temp 1 --seed 1 >"$log" 2>"$logs/check-ggml.err" || die "gpt-2-ctx failed (see $log)"
-    ids=$("$inflight" generate --model "$model" --prompt "$prompt" -n "$n" --temperature 0 \
-        --ids --ignore-eos --weights f32 --threads "$threads" "${gen_isa[@]}" 2>"$logs/check-ours.err") ||
-        die "inflight generate failed (see $logs/check-ours.err)"
+    local prompt="The quick brown fox" pids
     pids=$(printf '%s' "$prompt" | "$inflight" tokenize --model "$vocab") || die "inflight tokenize failed"
-    echo "$ids" >"$logs/check-ours.txt"
-    check_line=$(python3 "$conv" match --vocab "$vocab/encoder.json" --prompt-ids "$pids" \
-        --ids "$ids" --ggml-stdout "$log") || true
+    greedy_ggml f32 "$prompt" || die "gpt-2-ctx failed (see $logs/check-ggml-f32.err)"
+    greedy_ours f32 "$prompt" || die "inflight generate failed (see $logs/check-ours-f32.err)"
+    check_line=$(greedy_match "$pids" f32 f32) || true
     say "greedy check: $check_line"
+    has_weights q8 || return 0
+    if ! greedy_ggml q8_0 "$prompt"; then
+        check_q8_line="gpt-2-ctx failed on q8_0 (see $logs/check-ggml-q8_0.err)"
+    elif ! greedy_ours q8 "$prompt"; then
+        check_q8_line="inflight generate --weights q8 failed (see $logs/check-ours-q8.err)"
+    else
+        local both ours gg
+        both=$(greedy_match "$pids" q8 q8_0) || true
+        ours=$(greedy_match "$pids" q8 f32) || true
+        gg=$(greedy_match "$pids" f32 q8_0) || true
+        check_q8_line="${both%%;*} (ours q8 against ggml's q8_0); against the f32 tokens:"
+        check_q8_line+=" ours q8 ${ours%% generated*}, ggml's q8_0 ${gg%% generated*}"
+    fi
+    say "greedy check, q8 (report only): $check_q8_line"
+}
+
+greedy_ggml() { # GGML_FORMAT PROMPT: gpt-2-ctx's stdout in check-ggml-FORMAT.txt
+    "$gg_ctx" -m "$model/ggml-model-$1.bin" -t "$threads" -p "$2" -n "$check_tokens" --top_k 1 \
+        --temp 1 --seed 1 >"$logs/check-ggml-$1.txt" 2>"$logs/check-ggml-$1.err"
+}
+
+greedy_ours() { # FORMAT PROMPT: our greedy ids in check-ours-FORMAT.txt
+    "$inflight" generate --model "$model" --prompt "$2" -n "$check_tokens" --temperature 0 \
+        --ids --ignore-eos --weights "$1" --threads "$threads" "${gen_isa[@]}" \
+        >"$logs/check-ours-$1.txt" 2>"$logs/check-ours-$1.err"
+}
+
+greedy_match() { # PROMPT_IDS OUR_FORMAT GGML_FORMAT: ggml_convert.py match's line
+    python3 "$conv" match --vocab "$vocab/encoder.json" --prompt-ids "$1" \
+        --ids "$(cat "$logs/check-ours-$2.txt")" --ggml-stdout "$logs/check-ggml-$3.txt"
 }
 
 # key=value lines of one gpt-2-ctx / gpt-2-batched run's timing report
@@ -190,7 +256,7 @@ declare -A R # results: R[engine,format,batch,what]
 
 run_ggml() { # ROUND
     local r=$1 ft b n c k v bin
-    for ft in f32 f16; do
+    for ft in "${gg_formats[@]}"; do
         bin="$model/ggml-model-$ft.bin"
         for b in ${batches//,/ }; do
             if [ "$b" -eq 1 ]; then
@@ -313,12 +379,12 @@ print_table() {
     echo "| | inflight (\`bench --engine${isa[*]:+ ${isa[*]}}\`) | ggml (same weights, AVX2 build) | inflight vs ggml |"
     echo "|---|---|---|---|"
     for b in ${batches//,/ }; do
-        for w in f32 f16 bf16; do
-            [[ ",$weights," == *",$w,"* ]] || continue
-            gf=$w
-            [ "$w" != bf16 ] || gf=f16 # ggml's gpt-2 has no bf16: its 16-bit format is f16
+        for w in f32 f16 bf16 q8; do
+            has_weights "$w" || continue
+            gf=$(ggml_format "$w")
             local note=""
             [ "$w" != bf16 ] || note=" (ggml's gpt-2 has no bf16)"
+            [ "$w" != q8 ] || note=" (its gpt-2-quantize of the f32 file)"
             echo "| batch $b, $w | $(ours_cell "$w" "$b") | $(ggml_cell "$gf" "$b")$note | $(ratio_cell "$w" "$b" "$gf") |"
         done
     done
@@ -353,6 +419,12 @@ median over the rounds, each round's figures are at the end):
   1 + B*(n-1) cells (it fails with the default 2048 at B = 64).
 - Prefill: inflight's (chunks as printed in the log); ggml's examples print no separate prefill
   time.
+- q8 against q8_0: both hold int8 weights with an f16 scale per 32 along K, quantized from the
+  same f32 weights (ours at load, ggml's by its gpt-2-quantize), for wte (also the tied head) and
+  the projection matrices; wpe, the LayerNorms and the biases stay f32 in both. Both also round
+  the activations to integers per block of 32 for their integer dot products, each its own way
+  (ggml to 8 bits, q8_0 blocks). The greedy check's q8 line is report-only: different rounding
+  gives different tokens on these random weights, whose logits are nearly tied.
 
 inflight's own lines (kernels; round 1's bandwidth and peak probes at the start of the run):
 NOTES
@@ -362,7 +434,7 @@ NOTES
     done
     echo
     echo "ggml's own timing lines (ms):"
-    for ft in f32 f16; do
+    for ft in "${gg_formats[@]}"; do
         for b in ${batches//,/ }; do
             [ -n "${R[g,$ft,$b,args]:-}" ] || continue
             local p=${R[g,$ft,$b,predict_ms]:-?} s=${R[g,$ft,$b,sample_ms]:-?} d=${R[g,$ft,$b,decoded]:-}
@@ -375,6 +447,51 @@ NOTES
         done
     done
     print_rounds
+    print_best
+}
+
+# The smallest (min) or largest (max) of the numbers given; empty if there are none.
+extreme() {
+    local which=$1
+    shift
+    printf '%s\n' "$@" | { grep -E '^[0-9.]+$' || true; } | sort -g |
+        if [ "$which" = min ]; then head -1; else tail -1; fi
+}
+
+# Each table row's best round of each engine and their ratio. On a machine shared with other work
+# the median can be a disturbed round, and not alike for both: with 2 threads on 2 busy CPUs,
+# ggml's threads wait for each other spinning, and its rounds under load (Zen 3, 2 vCPUs, load
+# average about 4) ran 5-110x slower than quiet ones (gpt-2-ctx q8_0 941 against 8.3 ms/token,
+# gpt-2-batched -np 64 58 against 12 s), ours 2-2.5x. Each engine's least disturbed round is the
+# fairer pair there.
+print_best() {
+    local b w gf r o g d p x ov gv unit what
+    echo
+    echo "Each row's best round of each engine (least time at batch 1, most tok/s above):"
+    for b in ${batches//,/ }; do
+        for w in f32 f16 bf16 q8; do
+            has_weights "$w" || continue
+            gf=$(ggml_format "$w")
+            ov=() gv=()
+            for ((r = 1; r <= rounds; r++)); do
+                if [ "$b" -eq 1 ]; then
+                    ov+=("${R[o,$w,1,ms,$r]:-}") gv+=("${R[g,$gf,1,per_token_ms,$r]:-}")
+                    continue
+                fi
+                ov+=("${R[o,$w,$b,tps,$r]:-}")
+                d=${R[g,$gf,$b,decoded,$r]:-} p=${R[g,$gf,$b,predict_ms,$r]:-}
+                gv+=("$(awk -v d="$d" -v p="$p" 'BEGIN { if (p * d > 0) printf "%.1f", d / p * 1e3 }')")
+            done
+            if [ "$b" -eq 1 ]; then
+                o=$(extreme min "${ov[@]}") g=$(extreme min "${gv[@]}") unit=ms/token what=time
+            else
+                o=$(extreme max "${ov[@]}") g=$(extreme max "${gv[@]}") unit=tok/s what=tok/s
+            fi
+            x=$(awk -v o="$o" -v g="$g" -v w="$what" \
+                'BEGIN { if (o > 0 && g > 0) printf ": %.2fx ggml\047s %s", o / g, w }')
+            echo "- batch $b, $w: inflight ${o:-?} $unit, ggml ($gf) ${g:-?} $unit$x"
+        done
+    done
 }
 
 # Every round's figures, in round order, for each cell of the table.
@@ -390,7 +507,7 @@ print_rounds() {
                 echo "- inflight batch $b, $w: ${R[o,$w,$b,tps,all]:-?} tok/s; ${R[o,$w,$b,peak,all]:-?} of the peak"
             fi
         done
-        for ft in f32 f16; do
+        for ft in "${gg_formats[@]}"; do
             [ -n "${R[g,$ft,$b,args]:-}" ] || continue
             if [ "$b" -eq 1 ]; then
                 echo "- ggml batch 1, $ft: ${R[g,$ft,1,per_token_ms,all]:-?} ms/token"
@@ -408,6 +525,7 @@ print_rounds() {
 
 main() {
     parse_args "$@"
+    load_start=$(cut -d' ' -f1-3 /proc/loadavg)
     mkdir -p "$work_dir"
     work_dir=$(cd "$work_dir" && pwd)
     logs="$work_dir/bench-vs-ggml-logs"
@@ -416,7 +534,7 @@ main() {
     build_ggml
     find_inflight
     prepare_model
-    check_line="not run (--check-tokens 0)"
+    check_line="not run (--check-tokens 0)" check_q8_line=""
     [ "$check_tokens" -eq 0 ] || check_greedy
     local r
     for ((r = 1; r <= rounds; r++)); do # alternate which engine goes first
@@ -429,6 +547,7 @@ main() {
         machine_info
         echo "inflight kernels: $isa_note"
         echo "Greedy check (f32, ggml gpt-2-ctx vs inflight generate): $check_line"
+        [ -z "$check_q8_line" ] || echo "Greedy check, q8 vs q8_0 (report only): $check_q8_line"
         echo
         print_table
         print_notes
