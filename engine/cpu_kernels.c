@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cpu_kernels_isa.h"
+#include "cpu_matmul_impl.h"
 #include "threadpool.h"
 #include "util.h"
 
@@ -94,39 +95,6 @@ void ifl_softmax_k(const ifl_cpu_kernels *k, float *x, int32_t n)
  * Scratch per thread: [partials: max_m x pad32(max_n)] [x padded: max_m x pad32(max_k)]
  * [f32 block: the sgemm or gemm block]. */
 
-enum {
-    MM_BLAS = 0,
-    MM_KN = 1,
-    MM_NK = 2,
-    MM_GEMM = 3,
-    MM_Q8 = 4,
-    CONV_FLOATS = 1024 * 1024,   /* 4 MiB of f32: an unpacked weight block for sgemm (OpenBLAS packs
-                                    it again; large blocks keep its calls efficient) */
-    L2_CHUNK_BYTES = 256 * 1024, /* weights swept by every group of rows of x while in L2 */
-    KN_PASS_CHUNK_BYTES = 32 * 1024, /* MM_KN's chunks when one call takes every row of x: a
-                                        share taking a piece over waits for its holder to
-                                        finish one, so shorter is better there */
-};
-
-static inline int32_t pad32(int32_t n)
-{
-    return (n + 31) & ~31;
-}
-
-static size_t partial_floats(const ifl_matmul_args *a)
-{
-    size_t p = (size_t)a->max_m * (size_t)pad32(a->max_n);
-    return (p + 15) & ~(size_t)15;
-}
-
-static inline size_t conv_floats(const ifl_matmul_args *a);
-/* Rows of x MM_Q8 keeps quantized at once: every row of a product of up to this many (each
- * thread quantizes them once), else a group at a time for each chunk. */
-static inline int32_t q8_rows(const ifl_matmul_args *a)
-{
-    return a->max_m > IFL_Q8_MAX_M ? a->max_m : IFL_Q8_MAX_M;
-}
-
 size_t ifl_matmul_scratch_floats(int32_t max_k, int32_t max_n, int32_t max_m)
 {
     ifl_matmul_args a = {.max_m = max_m, .max_n = max_n, .max_k = max_k};
@@ -145,40 +113,8 @@ int32_t ifl_matmul_default_gemv_rows(const ifl_cpu_kernels *k, ifl_dtype dt)
     return k->gemm ? k->gemm_above[dt] : 1 << 30;
 }
 
-static inline float *thread_scratch(const ifl_matmul_args *a, int ith)
-{
-    return a->scratch + a->scratch_floats * (size_t)ith;
-}
-static inline float *thread_xpad(const ifl_matmul_args *a, int ith)
-{
-    return thread_scratch(a, ith) + partial_floats(a);
-}
-static inline float *thread_conv(const ifl_matmul_args *a, int ith)
-{
-    return thread_xpad(a, ith) + (size_t)(a->max_m > 4 ? a->max_m : 4) * (size_t)pad32(a->max_k);
-}
-/* MM_Q8's: x's rows as int16 (IFL_Q8_MAX_M x pad32(max_k)), their scales, the chunk's outputs. */
-static inline size_t conv_floats(const ifl_matmul_args *a)
-{
-    size_t conv = CONV_FLOATS > (size_t)pad32(a->max_k) * 32 ? CONV_FLOATS
-                                                              : (size_t)pad32(a->max_k) * 32;
-    return conv < IFL_GEMM_SCRATCH_FLOATS(a->max_n) ? IFL_GEMM_SCRATCH_FLOATS(a->max_n) : conv;
-}
-static inline int16_t *thread_q8_x(const ifl_matmul_args *a, int ith)
-{
-    return (int16_t *)(thread_conv(a, ith) + conv_floats(a));
-}
-static inline float *thread_q8_scales(const ifl_matmul_args *a, int ith)
-{
-    return (float *)(thread_q8_x(a, ith) + (size_t)q8_rows(a) * (size_t)pad32(a->max_k));
-}
-static inline float *thread_q8_y(const ifl_matmul_args *a, int ith)
-{
-    return thread_q8_scales(a, ith) + (size_t)q8_rows(a) * ((size_t)pad32(a->max_k) / 32 + 16);
-}
-
 /* Bias and activation over rows 0..M-1, columns [n0, n1) of y. */
-static void epilogue(const ifl_matmul_args *a, int32_t N, int32_t n0, int32_t n1)
+void ifl_mm_epilogue(const ifl_matmul_args *a, int32_t N, int32_t n0, int32_t n1)
 {
     for (int32_t m = 0; m < a->M; m++) {
         float *y = a->y + (size_t)m * N;
@@ -436,12 +372,12 @@ static void matmul_kn_finish(const ifl_matmul_args *a, int ith, int nth)
                     y[j] += p[j];
         }
     }
-    epilogue(a, N, c0, c1);
+    ifl_mm_epilogue(a, N, c0, c1);
 }
 
 /* The next chunk of MM_NK's work for whichever share asks (the args' one field the threads
  * write; ifl_matmul_plan resets it). */
-static int32_t nk_claim(const ifl_matmul_args *a)
+int32_t ifl_mm_claim(const ifl_matmul_args *a)
 {
     return atomic_fetch_add_explicit((atomic_int *)&a->nk_next, 1, memory_order_relaxed);
 }
@@ -469,14 +405,14 @@ static void matmul_nk(const ifl_matmul_args *a, int ith, int nth)
     int32_t chunk = (int32_t)(L2_CHUNK_BYTES / (panel_bytes * (widen ? 2 : 1))) & ~3;
     chunk = chunk < 4 ? 4 : chunk;
     int32_t n_chunks = (G + chunk - 1) / chunk;
-    int32_t cur = nk_claim(a);
+    int32_t cur = ifl_mm_claim(a);
     if (cur >= n_chunks)
         return;
     float *xp = thread_xpad(a, ith);
     pad_x(xp, a->x, (int)a->M, K, K, KB * cw, W->dtype == IFL_DTYPE_BF16 ? k->bf16_group : 0);
     float *wide = thread_conv(a, ith); /* >= CONV_FLOATS (4 MiB): the widened chunk */
     /* the next chunk is claimed while this one is in use: its panels are prefetched */
-    for (int32_t nxt = nk_claim(a); cur < n_chunks; cur = nxt, nxt = nk_claim(a)) {
+    for (int32_t nxt = ifl_mm_claim(a); cur < n_chunks; cur = nxt, nxt = ifl_mm_claim(a)) {
         int32_t c0 = cur * chunk, c1 = c0 + chunk < G ? c0 + chunk : G;
         if (widen)
             k->nk_widen(wide, W->data, KB, c0, c1, W->dtype);
@@ -503,104 +439,7 @@ static void matmul_nk(const ifl_matmul_args *a, int ith, int nth)
             else
                 k->nk_panels(y, N, xm, KB, W->data, c0, c1, N, M, W->dtype);
         }
-        epilogue(a, N, c0 * 4, c1 * 4 < N ? c1 * 4 : N);
-    }
-}
-
-/* ---- MM_Q8 ------------------------------------------------------------------------------------ */
-
-void ifl_q8_quantize_rows(int16_t *xq, float *xs, const float *x, int M, int32_t ldx, int32_t K)
-{
-    int32_t KB = (K + IFL_Q8_BLOCK - 1) / IFL_Q8_BLOCK;
-    for (int m = 0; m < M; m++) {
-        const float *r = x + (size_t)m * ldx;
-        int16_t *q = xq + (size_t)m * KB * IFL_Q8_BLOCK;
-        for (int32_t kb = 0; kb < KB; kb++) {
-            int32_t k0 = kb * IFL_Q8_BLOCK, n = K - k0 < IFL_Q8_BLOCK ? K - k0 : IFL_Q8_BLOCK;
-            float v[IFL_Q8_BLOCK] = {0}, amax = 0;
-            memcpy(v, r + k0, (size_t)n * sizeof *v);
-            int finite = 1;
-            for (int i = 0; i < IFL_Q8_BLOCK; i++) { /* vectorised: no branch, no division */
-                float a = fabsf(v[i]);
-                finite &= a <= 3.4028235e38f; /* false for NaN and infinity */
-                amax = a > amax ? a : amax;
-            }
-            if (!finite || amax == 0) {
-                xs[(size_t)m * KB + kb] = finite ? 0.0f : NAN;
-                memset(q + k0, 0, IFL_Q8_BLOCK * sizeof *q);
-                continue;
-            }
-            xs[(size_t)m * KB + kb] = amax / 32767.0f;
-            float inv = 32767.0f / amax;
-            for (int i = 0; i < IFL_Q8_BLOCK; i++) {
-                /* round to nearest even by adding and taking away 1.5 * 2^23 (|v * inv| is at
-                 * most 32767 and a little), then an exact conversion: what cvtps2dq does, in
-                 * plain C the compiler vectorises */
-                float t = v[i] * inv;
-                t = (t + 12582912.0f) - 12582912.0f;
-                t = t > 32767.0f ? 32767.0f : t < -32767.0f ? -32767.0f : t;
-                q[k0 + i] = (int16_t)t;
-            }
-        }
-    }
-}
-
-/* Output tiles per chunk: about the bytes of MM_KN's chunks (a share of one pass's weights small
- * enough that a busy thread holds up little; L2-sized where the rows go in several groups). */
-static int32_t q8_chunk_tiles(const ifl_matmul_args *a, int32_t KB, int one_pass)
-{
-    size_t col = (size_t)KB * IFL_Q8_TILE_BYTES;
-    int32_t t = (int32_t)((one_pass ? KN_PASS_CHUNK_BYTES : L2_CHUNK_BYTES) / col);
-    int32_t most = pad32(a->max_n) / IFL_Q8_TILE_N; /* the outputs' scratch holds this many */
-    t = t < most ? t : most;
-    return t < 1 ? 1 : t;
-}
-
-/* MM_Q8, share ith: chunks of output tiles claimed from nk_next; for each group of up to q8_max_m
- * rows the family's q8_tiles writes the chunk's outputs into scratch, then they go to y (added
- * where accumulate) with the bias and activation. x is quantized once, as the first chunk is
- * claimed, where all its rows fit (q8_rows), else a group at a time for each chunk (a prefill's
- * rows quantized again for every chunk cost a fifth of its time). */
-static void matmul_q8(const ifl_matmul_args *a, int ith, int nth)
-{
-    (void)nth;
-    const ifl_mat *W = a->W;
-    const ifl_cpu_kernels *k = a->k;
-    int32_t K = a->w_is_nk ? W->cols : W->rows, N = a->w_is_nk ? W->rows : W->cols;
-    int32_t KB = (K + IFL_Q8_BLOCK - 1) / IFL_Q8_BLOCK;
-    int32_t NJ = (N + IFL_Q8_TILE_N - 1) / IFL_Q8_TILE_N;
-    int G = k->q8_max_m < IFL_Q8_MAX_M ? k->q8_max_m : IFL_Q8_MAX_M;
-    int all = a->M <= q8_rows(a);
-    int32_t chunk = q8_chunk_tiles(a, KB, a->M <= G), n_chunks = (NJ + chunk - 1) / chunk;
-    int16_t *xq = thread_q8_x(a, ith);
-    float *xs = thread_q8_scales(a, ith), *yt = thread_q8_y(a, ith);
-    int32_t ldt = chunk * IFL_Q8_TILE_N; /* yt's rows: at most pad32(max_n) floats */
-    size_t xq_row = (size_t)KB * IFL_Q8_BLOCK;
-    int quantized = 0;
-    for (int32_t cur = nk_claim(a); cur < n_chunks; cur = nk_claim(a)) {
-        int32_t j0 = cur * chunk, j1 = j0 + chunk < NJ ? j0 + chunk : NJ;
-        int32_t n0 = j0 * IFL_Q8_TILE_N, n1 = j1 * IFL_Q8_TILE_N < N ? j1 * IFL_Q8_TILE_N : N;
-        if (all && !quantized)
-            ifl_q8_quantize_rows(xq, xs, a->x, (int)a->M, K, K);
-        quantized = 1;
-        for (int32_t m0 = 0; m0 < a->M; m0 += G) {
-            int M = a->M - m0 < G ? (int)(a->M - m0) : G;
-            const int16_t *gq = xq + (all ? (size_t)m0 * xq_row : 0);
-            const float *gs = xs + (all ? (size_t)m0 * KB : 0);
-            if (!all)
-                ifl_q8_quantize_rows(xq, xs, a->x + (size_t)m0 * K, M, K, K);
-            k->q8_tiles(yt, ldt, gq, gs, KB, W->data, j0, j1, M);
-            for (int m = 0; m < M; m++) {
-                float *y = a->y + (size_t)(m0 + m) * N + n0;
-                const float *t = yt + (size_t)m * ldt;
-                if (a->accumulate)
-                    for (int32_t n = 0; n < n1 - n0; n++)
-                        y[n] += t[n];
-                else
-                    memcpy(y, t, (size_t)(n1 - n0) * sizeof *y);
-            }
-        }
-        epilogue(a, N, n0, n1);
+        ifl_mm_epilogue(a, N, c0 * 4, c1 * 4 < N ? c1 * 4 : N);
     }
 }
 
@@ -626,7 +465,7 @@ static void matmul_gemm(const ifl_matmul_args *a, int ith, int nth)
                        .n_bands = nth,
                        .scratch = thread_conv(a, ith)};
     a->k->gemm(&g);
-    epilogue(a, N, n0, n1);
+    ifl_mm_epilogue(a, N, n0, n1);
 }
 
 #ifdef INFLIGHT_HAVE_BLAS
@@ -724,7 +563,7 @@ static void matmul_blas(const ifl_matmul_args *a, int ith, int nth)
                         pad32(w), beta, a->y + c, N);
         }
     }
-    epilogue(a, N, n0, n1);
+    ifl_mm_epilogue(a, N, n0, n1);
 }
 #endif
 
@@ -786,7 +625,7 @@ void ifl_matmul_thread(const ifl_matmul_args *a, int ith, int nth)
 #endif
     case MM_KN: matmul_kn(a, ith, nth); break;
     case MM_GEMM: matmul_gemm(a, ith, nth); break;
-    case MM_Q8: matmul_q8(a, ith, nth); break;
+    case MM_Q8: ifl_matmul_q8_thread(a, ith, nth); break;
     default: matmul_nk(a, ith, nth); break;
     }
 }
