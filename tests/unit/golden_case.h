@@ -83,4 +83,29 @@ static inline int golden_make_model(const cJSON *c, const char *tmp, char *dir, 
     return 0;
 }
 
+/* FIXTURE_DIR/manifest.json parsed (*root, for cJSON_Delete) and its non-empty "cases" array;
+ * NULL with the reason on stderr. */
+static inline const cJSON *golden_cases(const char *fixdir, cJSON **root)
+{
+    char path[4200], *text;
+    size_t len;
+    ifl_err err;
+    snprintf(path, sizeof path, "%s/manifest.json", fixdir);
+    *root = NULL;
+    if (ifl_read_file(path, &text, &len, 1 << 24, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return NULL;
+    }
+    *root = cJSON_ParseWithLength(text, len);
+    free(text);
+    const cJSON *cases = *root ? cJSON_GetObjectItem(*root, "cases") : NULL;
+    if (!cJSON_IsArray(cases) || cJSON_GetArraySize(cases) == 0) {
+        fprintf(stderr, "%s: no cases\n", path);
+        cJSON_Delete(*root);
+        *root = NULL;
+        return NULL;
+    }
+    return cases;
+}
+
 #endif

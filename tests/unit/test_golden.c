@@ -128,22 +128,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: test_golden FIXTURE_DIR\n");
         return 2;
     }
-    char path[4200], *text;
-    size_t len;
-    ifl_err err;
-    snprintf(path, sizeof path, "%s/manifest.json", argv[1]);
-    if (ifl_read_file(path, &text, &len, 1 << 24, &err)) {
-        fprintf(stderr, "%s\n", err.msg);
+    cJSON *root;
+    const cJSON *cases = golden_cases(argv[1], &root);
+    if (!cases)
         return 1;
-    }
-    cJSON *root = cJSON_ParseWithLength(text, len);
-    free(text);
-    const cJSON *cases = root ? cJSON_GetObjectItem(root, "cases") : NULL;
-    if (!cJSON_IsArray(cases) || cJSON_GetArraySize(cases) == 0) {
-        fprintf(stderr, "%s: no cases\n", path);
-        cJSON_Delete(root);
-        return 1;
-    }
     char tmp[4096];
     test_tmpdir(tmp, sizeof tmp, "golden");
     for (int i = 0; i < cJSON_GetArraySize(cases); i++)
