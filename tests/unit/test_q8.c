@@ -285,7 +285,7 @@ static void test_driver_shape(ifl_threadpool *tp1, ifl_threadpool *tp3, ifl_rng 
     for (int32_t i = 0; i < N; i++)
         bias[i] = (float)ifl_rng_normal(rng) * 0.1f;
     size_t ny = (size_t)M * N;
-    float *y1 = test_xmalloc(ny * 4), *y3 = test_xmalloc(ny * 4), *spec = test_xmalloc(ny * 4);
+    float *y1 = test_xmalloc(ny * 4), *y3 = test_xmalloc(ny * 4);
     float *y0 = test_xmalloc(ny * 4);
     for (size_t i = 0; i < ny; i++)
         y0[i] = (float)ifl_rng_normal(rng);
@@ -351,7 +351,6 @@ static void test_driver_shape(ifl_threadpool *tp1, ifl_threadpool *tp3, ifl_rng 
     free(y0);
     free(y1);
     free(y3);
-    free(spec);
     free(xq);
     free(xs);
     free(full);
