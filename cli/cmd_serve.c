@@ -131,6 +131,9 @@ static const cli_opt OPTS[] = {
              "contexts or what fits in N MiB, whichever is less (always at least one full "
              "context)"},
     CLI_OPT_PREFIX_CACHE(ifl_server_opts, no_prefix_cache, CLI_INDEX, "on|off"),
+    {.name = "trim", .type = CLI_INDEX, .words = "on|off", .off = offsetof(ifl_server_opts, no_trim),
+     .help = "a chat that does not fit the context leaves its oldest turns out (a request's "
+             "truncate overrides; docs/protocol.md \"Long conversations\")"},
     ROW("max-connections", CLI_I32, "N", 1, 100000, max_connections,
         "sockets at once, HTTP, WebSocket and idle alike (the oldest silent one makes room, else "
         "503 / 1013)"),

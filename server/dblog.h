@@ -64,6 +64,8 @@ typedef struct {
     const char *conversation; /* the client's conversation id; NULL or "": none */
     int32_t cached_tokens;    /* of the prompt, from the prefix cache; -1: unknown (refused) */
     const char *weights;      /* the format the weights were held in ("q8"); NULL: unknown */
+    const char *messages;     /* a chat's messages (JSON); NULL: a plain prompt */
+    int32_t trimmed_messages, trimmed_tokens; /* left out of the prompt */
 } ifl_dblog_request;
 
 typedef struct {

@@ -13,9 +13,9 @@ const char *const DBLOG_SQL[N_ST] = {
     "INSERT INTO requests (session_id, client_id, policy, prompt, params, prompt_tokens, "
     "completion_tokens, completion, finish_reason, error_code, queued_at, admitted_at, "
     "first_token_at, finished_at, queue_ms, ttft_ms, total_ms, tokens_per_s, api, prompt_bytes, "
-    "conversation, cached_tokens, weights) "
+    "conversation, cached_tokens, weights, messages, trimmed_messages, trimmed_tokens) "
     "VALUES ((SELECT id FROM sessions WHERE session = ?1), ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, "
-    "?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)",
+    "?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26)",
     "INSERT INTO request_tokens (request_id, n_tokens, offsets_us) VALUES (?1, ?2, ?3)",
     "INSERT INTO steps (at, policy, step, batch_size, prefill_tokens, decode_tokens, step_ms, "
     "running, waiting, kv_used) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
@@ -92,7 +92,8 @@ rec *dblog_rec_request(const ifl_dblog_request *q)
     size_t n = off_bytes + slen(q->session) + slen(q->client_id) + slen(q->policy) + slen(q->api) +
                (q->prompt ? q->prompt_len + 1 : 0) + slen(q->params_json) +
                (q->completion ? q->completion_len + 1 : 0) + slen(q->finish_reason) +
-               slen(q->error_code) + slen(q->conversation) + slen(q->weights);
+               slen(q->error_code) + slen(q->conversation) + slen(q->weights) +
+               slen(q->messages);
     rec *r = rec_new(REC_REQUEST, n + sizeof(uint32_t));
     if (!r)
         return NULL;
@@ -115,6 +116,7 @@ rec *dblog_rec_request(const ifl_dblog_request *q)
     own(&p, &c->error_code);
     own(&p, &c->conversation);
     own(&p, &c->weights);
+    own(&p, &c->messages);
     c->completion = put(&p, q->completion, q->completion_len);
     return r;
 }
@@ -220,6 +222,9 @@ static sqlite3_stmt *bind_request(sqlite3_stmt *const st_all[], const ifl_dblog_
     else
         sqlite3_bind_null(st, 22);
     bind_str(st, 23, q->weights);
+    bind_str(st, 24, q->messages);
+    sqlite3_bind_int64(st, 25, q->trimmed_messages);
+    sqlite3_bind_int64(st, 26, q->trimmed_tokens);
     return st;
 }
 

@@ -28,6 +28,7 @@
 typedef enum {
     AS_VALUE,   /* by its SQLite type: null, integer, number (3 decimals) or string */
     AS_JSON,    /* stored JSON text, written as it is ("{}" when empty) */
+    AS_JSON_OR_NULL, /* stored JSON text, written as it is (null when NULL) */
     AS_OFFSETS, /* a blob of little-endian uint32, written as an array of integers */
     AS_HIDDEN,  /* selected for the query's own use, not in the answer */
 } col_render;
@@ -50,7 +51,10 @@ typedef enum {
     X(TOTAL_MS, "r.total_ms", "total_ms", AS_VALUE)                                                \
     X(TOKENS_PER_S, "r.tokens_per_s", "tokens_per_s", AS_VALUE)                                    \
     X(CONVERSATION, "r.conversation", "conversation", AS_VALUE)                                    \
-    X(CACHED_TOKENS, "r.cached_tokens", "cached_tokens", AS_VALUE)
+    X(CACHED_TOKENS, "r.cached_tokens", "cached_tokens", AS_VALUE)                                \
+    X(MESSAGES, "r.messages", "messages", AS_JSON_OR_NULL)                                         \
+    X(TRIMMED_MESSAGES, "r.trimmed_messages", "trimmed_messages", AS_VALUE)                        \
+    X(TRIMMED_TOKENS, "r.trimmed_tokens", "trimmed_tokens", AS_VALUE)
 
 /* ... and what GET /api/requests/ID adds, after them */
 #define DETAIL_COLUMNS(X)                                                                          \
@@ -160,6 +164,11 @@ static void row_fields(strbuf *sb, sqlite3_stmt *st, int n)
         case AS_JSON: {
             const char *t = (const char *)sqlite3_column_text(st, i);
             sb_puts(sb, t && t[0] ? t : "{}");
+            break;
+        }
+        case AS_JSON_OR_NULL: {
+            const char *t = (const char *)sqlite3_column_text(st, i);
+            sb_puts(sb, t && t[0] ? t : "null");
             break;
         }
         case AS_OFFSETS: json_offsets(sb, st, i); break;

@@ -53,11 +53,11 @@ typedef struct {
 /* How OpenAI's completions and chat completions differ (http_openai.c reads its API's row). */
 typedef struct {
     param_api params;          /* its fields: the parameter table's rows for this API */
+    const char *prompt_field;  /* the prompt's field (NULL: finish makes the prompt) */
     int prompt_ids;            /* "prompt" may be an array of token ids */
-    /* The API's own fields made /ws's in o, the body's copy (chat: messages rendered into
-     * prompt); 0, or -1 with *err. NULL: none. */
-    int (*normalize)(const struct cJSON *root, struct cJSON *o, proto_error *err);
-    void (*finish_params)(req_params *p); /* after the checks (chat: its stop), or NULL */
+    /* After the parameter table's fields: the API's own (chat: its messages rendered into the
+     * prompt, and its stop); 0, or -1 with *err. NULL: none. */
+    int (*finish)(const struct cJSON *root, req_params *p, proto_error *err);
     const char *object, *chunk_object;    /* the answer's "object", a stream event's */
     /* A choice's content, after "index": a stream event's (text NULL: the last event's, with the
      * finish; *first: the choice's first event is still to go, chat's role goes with it), and the

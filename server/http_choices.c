@@ -275,11 +275,15 @@ int http_choices_request_end(http_choices *h, const req_result *res)
             s->prompt_tokens = keep.prompt_tokens + res->prompt_tokens;
             s->completion_tokens = keep.completion_tokens + res->completion_tokens;
             s->cached_tokens = keep.cached_tokens + res->cached_tokens;
+            s->trimmed_messages = keep.trimmed_messages + res->trimmed_messages;
+            s->trimmed_tokens = keep.trimmed_tokens + res->trimmed_tokens;
         }
     } else {
         s->prompt_tokens += res->prompt_tokens;
         s->completion_tokens += res->completion_tokens;
         s->cached_tokens += res->cached_tokens;
+        s->trimmed_messages += res->trimmed_messages;
+        s->trimmed_tokens += res->trimmed_tokens;
     }
     return ++h->n_ended == h->n_prompts;
 }

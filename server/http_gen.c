@@ -20,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "chat_template.h"
 #include "db.h"
 #include "http_gen_impl.h"
 #include "util.h"
@@ -427,6 +428,7 @@ static int submit_all(server *s, srv_conn *c, struct lws *wsi, req_params *p)
     if (http_choices_init(&g->ch, chat, n, p->n, req_logprobs(p), p->echo)) {
         free(p->prompt);
         free(p->prompt_ids);
+        req_chat_free(p->chat);
         openai_free_prompts(&(http_req_info){.prompts = batch, .n_prompts = batch ? n : 0});
         return gen_error_answer(c, wsi, &g->ri, HTTP_STATUS_SERVICE_UNAVAILABLE,
                                 IFL_CODE_OUT_OF_MEMORY, NULL, "no memory for the answer", 0);
@@ -443,6 +445,8 @@ static int submit_all(server *s, srv_conn *c, struct lws *wsi, req_params *p)
         p->prompt_ids = NULL;
         ok = r != NULL; /* refused: sink_error answered */
     }
+    req_chat_free(p->chat);
+    p->chat = NULL;
     openai_free_prompts(&(http_req_info){.prompts = batch, .n_prompts = batch ? n : 0});
     if (!ok) {
         req_owner_cancel_all(&s->rl, &c->owner); /* those already in: their ends are dropped */
@@ -475,6 +479,7 @@ int http_gen_body_done(server *s, srv_conn *c, struct lws *wsi)
     if (parse_body(s, g, &p, &pe)) {
         free(p.prompt);
         free(p.prompt_ids);
+        req_chat_free(p.chat);
         metrics_count_error(&s->m, pe.code);
         return gen_error_answer(c, wsi, &g->ri, ifl_code_get(pe.code)->http_status, pe.code,
                                 pe.param[0] ? pe.param : NULL, pe.message, 0);

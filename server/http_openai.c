@@ -98,33 +98,14 @@ static int parse_openai_fields(const cJSON *root, const char *served, http_req_i
     return 0;
 }
 
-/* Chat's fields as /ws's: the messages rendered into prompt. */
-static int chat_normalize(const cJSON *root, cJSON *o, proto_error *err)
+/* Chat's messages: rendered into the prompt, their lines kept for trimming (chat_template.h);
+ * after the parameter table's fields, so that its stop goes after the client's. */
+static int chat_finish(const cJSON *root, req_params *p, proto_error *err)
 {
-    strbuf sb;
-    sb_init(&sb, 0);
-    if (chat_render(cJSON_GetObjectItemCaseSensitive(root, "messages"), &sb, err)) {
-        sb_free(&sb);
+    if (chat_parse(root, p, err))
         return -1;
-    }
-    cJSON_AddItemToObject(o, "prompt", cJSON_CreateString(sb_text(&sb)));
-    sb_free(&sb);
+    chat_add_stop(p);
     return 0;
-}
-
-/* The request as proto_parse_params reads it: the API's own fields normalized (sh->normalize). */
-static cJSON *normalize(const cJSON *root, const openai_shape *sh, proto_error *err)
-{
-    cJSON *o = cJSON_Duplicate(root, 1);
-    if (!o) {
-        fail(err, IFL_CODE_OUT_OF_MEMORY, "", "no memory for the request");
-        return NULL;
-    }
-    if (sh->normalize && sh->normalize(root, o, err)) {
-        cJSON_Delete(o);
-        return NULL;
-    }
-    return o;
 }
 
 /* Token ids of a prompt: a non-empty array of integers (their range is the request layer's check,
@@ -249,19 +230,12 @@ int openai_parse(const cJSON *root, const proto_limits *lim, const char *served,
     int ids = sh->prompt_ids ? take_prompt_array(root, lim, ri, p, err) : 0;
     if (ids < 0)
         return -1;
-    cJSON *o = normalize(root, sh, err);
-    if (!o) {
+    if (proto_parse_params(root, sh->params, ids || !sh->prompt_field ? NULL : sh->prompt_field,
+                           lim, p, err) ||
+        (sh->finish && sh->finish(root, p, err))) {
         openai_free_prompts(ri);
         return -1;
     }
-    int rc = proto_parse_params(o, sh->params, ids ? NULL : "prompt", lim, p, err);
-    cJSON_Delete(o);
-    if (rc) {
-        openai_free_prompts(ri);
-        return -1;
-    }
-    if (sh->finish_params)
-        sh->finish_params(p);
     return 0;
 }
 
@@ -354,9 +328,11 @@ static void put_usage(strbuf *sb, const req_result *res)
 {
     sb_printf(sb,
               "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d,"
-              "\"prompt_tokens_details\":{\"cached_tokens\":%d}}",
+              "\"prompt_tokens_details\":{\"cached_tokens\":%d},\"trimmed_messages\":%d,"
+              "\"trimmed_tokens\":%d}",
               (int)res->prompt_tokens, (int)res->completion_tokens,
-              (int)(res->prompt_tokens + res->completion_tokens), (int)res->cached_tokens);
+              (int)(res->prompt_tokens + res->completion_tokens), (int)res->cached_tokens,
+              (int)res->trimmed_messages, (int)res->trimmed_tokens);
 }
 
 /* Echo in a stream: choice k's first event is its prompt's text and logprobs. */
@@ -494,6 +470,7 @@ void openai_write_models(strbuf *sb, const char *served, long long created)
 /* ---- the two APIs' shapes (their rows: api_table.c) ------------------------------------------ */
 
 const openai_shape OPENAI_COMPLETIONS_SHAPE = {.params = PARAM_API_COMPLETIONS,
+                                               .prompt_field = "prompt",
                                                .prompt_ids = 1,
                                                .object = "text_completion",
                                                .chunk_object = "text_completion",
@@ -502,8 +479,7 @@ const openai_shape OPENAI_COMPLETIONS_SHAPE = {.params = PARAM_API_COMPLETIONS,
                                                .logprobs_always = 1};
 
 const openai_shape OPENAI_CHAT_SHAPE = {.params = PARAM_API_CHAT,
-                                        .normalize = chat_normalize,
-                                        .finish_params = chat_add_stop,
+                                        .finish = chat_finish,
                                         .object = "chat.completion",
                                         .chunk_object = "chat.completion.chunk",
                                         .put_delta = chat_delta,

@@ -135,10 +135,10 @@ static int text_of(const cJSON *root, strbuf *sb, proto_error *err)
         }
         sb_puts(sb, p->valuestring);
     } else {
-        if (chat_render(msgs, sb, err))
+        if (chat_render(msgs, sb, NULL, err))
             return -1;
         if (!gen_prompt && sb_ok(sb))
-            sb->len -= strlen("Assistant:"); /* chat_render ends with it */
+            sb->len -= strlen(CHAT_SUFFIX); /* chat_render ends with it */
     }
     return sb_ok(sb) ? 0 : fail(err, IFL_CODE_OUT_OF_MEMORY, "", "no memory for the text");
 }

@@ -107,6 +107,16 @@ const param_def PARAMS[] = {
     {.name = "top_logprobs", .apis = CHAT, .type = PARAM_INT, .lo = 0,
      .hi = IFL_MAX_TOP_LOGPROBS, .off = F(logprobs),
      .doc = "with logprobs: this many of the most likely tokens at each position"},
+    {.name = "truncate", .apis = WS | CHAT, .type = PARAM_BOOL, .def_from = PARAM_FROM_DEF_TRUNCATE,
+     .off = F(truncate),
+     .doc = "with messages: when the conversation and max_tokens do not fit the context, leave "
+            "the oldest turns out (never a system message nor the newest user turn); the answer "
+            "says how many (trimmed_messages, trimmed_tokens)"},
+    {.name = "truncate_prompt_tokens", .apis = WS | CMPL, .type = PARAM_OPT_INT, .lo = 1,
+     .hi_from = PARAM_FROM_MAX_TOKENS, .off = F(truncate_prompt_tokens),
+     .has_off = F(has_truncate_prompt_tokens),
+     .doc = "with prompt: keep only its last this many tokens (absent: an over-long prompt is "
+            "refused); the answer says how many were left out (trimmed_tokens)"},
     {.name = "echo", .apis = CMPL, .type = PARAM_BOOL, .off = F(echo),
      .doc = "the prompt's text (with logprobs: its tokens, each scored but the first) before "
             "the completion; max_tokens 0 scores the prompt alone"},
@@ -225,6 +235,7 @@ double params_default(const param_def *d, const proto_limits *lim)
     case PARAM_FROM_DEF_TEMPERATURE: return lim ? lim->def_temperature : IFL_DEFAULT_TEMPERATURE;
     case PARAM_FROM_DEF_TOP_K: return lim ? lim->def_top_k : IFL_DEFAULT_TOP_K;
     case PARAM_FROM_DEF_TOP_P: return lim ? lim->def_top_p : IFL_DEFAULT_TOP_P;
+    case PARAM_FROM_DEF_TRUNCATE: return lim ? lim->def_truncate : 1;
     default: return d->def;
     }
 }

@@ -63,6 +63,7 @@ typedef enum {
     PARAM_FROM_DEF_TEMPERATURE,
     PARAM_FROM_DEF_TOP_K,
     PARAM_FROM_DEF_TOP_P,
+    PARAM_FROM_DEF_TRUNCATE, /* default: the server's --trim */
 } param_from;
 
 /* A neutral value of a PARAM_NEUTRAL field. */

@@ -81,7 +81,10 @@ void params_write_server_defaults(strbuf *sb, const proto_limits *lim)
         if (d->def_from == PARAM_FIXED)
             continue;
         sb_printf(sb, ",\"%s\":", d->name);
-        put_num(sb, params_default(d, lim));
+        if (d->type == PARAM_BOOL)
+            sb_puts(sb, params_default(d, lim) ? "true" : "false");
+        else
+            put_num(sb, params_default(d, lim));
     }
 }
 
@@ -150,7 +153,10 @@ static void md_range(strbuf *sb, const param_def *d, param_api api)
             sb_puts(sb, "; 0 with `echo`");
         break;
     case PARAM_OPT_INT:
-        sb_printf(sb, "integer, %g to %g, or null", d->lo, d->hi);
+        if (hi)
+            sb_printf(sb, "integer, %g to %s, or null", d->lo, hi);
+        else
+            sb_printf(sb, "integer, %g to %g, or null", d->lo, d->hi);
         break;
     case PARAM_NUM:
         sb_printf(sb, "number, %s %g, at most %g", d->lo_open ? "above" : "from", d->lo, d->hi);
@@ -183,6 +189,7 @@ static void md_default(strbuf *sb, const param_def *d)
         return;
     case PARAM_FROM_DEF_TOP_K: sb_printf(sb, "%d (`serve --top-k`)", IFL_DEFAULT_TOP_K); return;
     case PARAM_FROM_DEF_TOP_P: sb_printf(sb, "%g (`serve --top-p`)", IFL_DEFAULT_TOP_P); return;
+    case PARAM_FROM_DEF_TRUNCATE: sb_puts(sb, "true (`serve --trim`)"); return;
     default: break;
     }
     if (d->type == PARAM_INT || d->type == PARAM_NUM)

@@ -28,6 +28,8 @@ void proto_msg_free(proto_msg *m)
 {
     free(m->gen.prompt);
     m->gen.prompt = NULL;
+    req_chat_free(m->gen.chat);
+    m->gen.chat = NULL;
 }
 
 static const char *json_type_name(const cJSON *v)
@@ -123,18 +125,8 @@ static int parse_messages(const cJSON *root, req_params *m, proto_error *err)
                         "generate takes 'prompt' or 'messages', not both");
         return -1;
     }
-    strbuf sb;
-    sb_init(&sb, 0);
-    if (chat_render(cJSON_GetObjectItemCaseSensitive(root, "messages"), &sb, err)) {
-        sb_free(&sb);
+    if (chat_parse(root, m, err))
         return -1;
-    }
-    m->prompt_len = sb.len;
-    m->prompt = sb_steal(&sb);
-    if (!m->prompt) {
-        proto_error_set(err, IFL_CODE_OUT_OF_MEMORY, "no memory for the prompt");
-        return -1;
-    }
     err->param[0] = 0;
     return 0;
 }
@@ -194,6 +186,13 @@ static int parse_generate(const cJSON *root, const proto_limits *lim, req_params
     }
     if (params_parse(root, PARAM_API_WS, lim, m, err))
         return -1;
+    if (chat && m->has_truncate_prompt_tokens) {
+        set_param(err, "truncate_prompt_tokens");
+        proto_error_set(err, IFL_CODE_INVALID_MESSAGE,
+                        "truncate_prompt_tokens cuts a prompt; a conversation (messages) leaves "
+                        "whole turns out instead (truncate)");
+        return -1;
+    }
     if (chat)
         chat_add_stop(m);
     return 0;

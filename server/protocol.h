@@ -34,6 +34,7 @@ typedef struct proto_limits {
     int32_t def_max_tokens;
     double def_temperature, def_top_p;
     int32_t def_top_k;
+    int def_truncate; /* a chat's truncate when absent (serve --trim) */
 } proto_limits;
 
 typedef struct {
@@ -91,6 +92,7 @@ typedef struct {
     int32_t max_tokens, max_message, max_inflight, max_batch, max_queue, max_outbox;
     int32_t def_max_tokens, def_top_k;
     double def_temperature, def_top_p;
+    int def_truncate;
     int user_key;        /* the connection presented a valid key */
     const char *history; /* "own", "all", "off" */
 } proto_hello;
@@ -98,8 +100,10 @@ typedef struct {
 void proto_write_hello(strbuf *sb, const proto_hello *h);
 void proto_write_queued(strbuf *sb, const char *id, ifl_policy policy, uint64_t rid,
                         int32_t position);
+/* The trimmed counts: what the request layer left out of the prompt (request.h's srv_req). */
 void proto_write_started(strbuf *sb, const char *id, ifl_policy policy, uint64_t rid,
-                         int32_t prompt_tokens, int32_t cached_tokens, uint64_t seed);
+                         int32_t prompt_tokens, int32_t cached_tokens, int32_t trimmed_messages,
+                         int32_t trimmed_tokens, uint64_t seed);
 /* A token: "choice" when the request has n_choices > 1, "logprob" and "top" when t->lp is set. */
 void proto_write_token(strbuf *sb, const char *id, const req_token *t, int32_t n_choices);
 /* "choice" when res->is_choice (the end of one choice of n > 1). */

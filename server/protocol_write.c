@@ -50,7 +50,8 @@ void proto_write_hello(strbuf *sb, const proto_hello *h)
                         .def_max_tokens = h->def_max_tokens,
                         .def_temperature = h->def_temperature,
                         .def_top_k = h->def_top_k,
-                        .def_top_p = h->def_top_p};
+                        .def_top_p = h->def_top_p,
+                        .def_truncate = h->def_truncate};
     sb_puts(sb, "\"defaults\":{\"model\":\"iterative\"");
     params_write_server_defaults(sb, &lim);
     sb_puts(sb, "},\"params\":");
@@ -71,15 +72,16 @@ void proto_write_queued(strbuf *sb, const char *id, ifl_policy policy, uint64_t 
 }
 
 void proto_write_started(strbuf *sb, const char *id, ifl_policy policy, uint64_t rid,
-                         int32_t prompt_tokens, int32_t cached_tokens, uint64_t seed)
+                         int32_t prompt_tokens, int32_t cached_tokens, int32_t trimmed_messages,
+                         int32_t trimmed_tokens, uint64_t seed)
 {
     sb_puts(sb, "{\"type\":\"started\"");
     put_id(sb, id);
     sb_printf(sb,
               ",\"model\":\"%s\",\"rid\":%llu,\"prompt_tokens\":%d,\"cached_tokens\":%d,"
-              "\"seed\":%llu}",
+              "\"trimmed_messages\":%d,\"trimmed_tokens\":%d,\"seed\":%llu}",
               ifl_policy_name(policy), (unsigned long long)rid, prompt_tokens, cached_tokens,
-              (unsigned long long)seed);
+              trimmed_messages, trimmed_tokens, (unsigned long long)seed);
 }
 
 void proto_put_logprob(strbuf *sb, float x)
@@ -120,9 +122,10 @@ void proto_write_done(strbuf *sb, const char *id, const req_result *res)
         sb_printf(sb, ",\"choice\":%d", res->choice);
     sb_printf(sb,
               ",\"finish_reason\":\"%s\",\"usage\":{\"prompt_tokens\":%d,"
-              "\"completion_tokens\":%d,\"cached_tokens\":%d},\"timing\":{\"queue_ms\":",
+              "\"completion_tokens\":%d,\"cached_tokens\":%d,\"trimmed_messages\":%d,"
+              "\"trimmed_tokens\":%d},\"timing\":{\"queue_ms\":",
               ifl_finish_name(res->finish), res->prompt_tokens, res->completion_tokens,
-              res->cached_tokens);
+              res->cached_tokens, res->trimmed_messages, res->trimmed_tokens);
     sb_json_num(sb, res->queue_ms, 3);
     sb_puts(sb, ",\"ttft_ms\":");
     if (res->ttft_ms >= 0)

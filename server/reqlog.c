@@ -61,6 +61,9 @@ static ifl_dblog_request base_record(const reqlog *lg, const srv_req *r,
         .total_ms = -1,
         .tokens_per_s = -1,
         .weights = weights_name(lg),
+        .messages = r->messages,
+        .trimmed_messages = r->trimmed_messages,
+        .trimmed_tokens = r->trimmed_tokens,
     };
 }
 
@@ -70,13 +73,17 @@ static void stderr_line(const reqlog *lg, const srv_req *r, const req_result *re
         return;
     char session[REQ_SESSION_HEX];
     req_session_hex(r->session, session);
+    char trimmed[64] = ""; /* what was left out of the prompt, when something was */
+    if (r->trimmed_tokens)
+        snprintf(trimmed, sizeof trimmed, " trimmed_messages=%d trimmed_tokens=%d",
+                 r->trimmed_messages, r->trimmed_tokens);
     fprintf(stderr,
             "inflight: request %s/%s policy=%s weights=%s prompt_tokens=%d tokens=%d finish=%s "
-            "queue_ms=%.1f ttft_ms=%.1f total_ms=%.1f tokens_per_s=%.1f%s%s%s\n",
+            "queue_ms=%.1f ttft_ms=%.1f total_ms=%.1f tokens_per_s=%.1f%s%s%s%s\n",
             session, r->id, ifl_policy_name(r->policy),
             weights_name(lg) ? weights_name(lg) : "unknown", res->prompt_tokens,
             res->completion_tokens, ifl_finish_name(res->finish), res->queue_ms,
-            res->ttft_ms < 0 ? 0 : res->ttft_ms, res->total_ms, res->tokens_per_s,
+            res->ttft_ms < 0 ? 0 : res->ttft_ms, res->total_ms, res->tokens_per_s, trimmed,
             owner_gone ? " (connection closed)" : "", res->message ? " error=" : "",
             res->message ? res->message : "");
 }

@@ -54,6 +54,12 @@ typedef struct req_params {
     size_t prompt_len;
     int32_t *prompt_ids; /* instead of prompt: token ids (heap, the caller's; OpenAI's array) */
     int32_t n_prompt_ids;
+    struct req_chat *chat; /* messages: the prompt's lines (chat_template.h), so that the request
+                              layer can trim the conversation; heap, the caller's to free
+                              (req_chat_free); NULL: a plain prompt */
+    int truncate;          /* chat: leave the oldest turns out when they do not fit */
+    int has_truncate_prompt_tokens;
+    int32_t truncate_prompt_tokens; /* a plain prompt: keep its last this many tokens */
     ifl_policy policy;
     req_api api; /* REQ_API_WS unless an HTTP front end sets it */
     int32_t max_tokens, min_tokens;
@@ -98,6 +104,7 @@ typedef struct {
     ifl_finish finish;
     int32_t prompt_tokens, completion_tokens;
     int32_t cached_tokens; /* of the prompt, found in the prefix cache */
+    int32_t trimmed_messages, trimmed_tokens; /* left out of the prompt (srv_req's) */
     double queue_ms;       /* arrival to admission (to the end if never admitted) */
     double ttft_ms;        /* arrival to the first token; < 0: no token */
     double total_ms;       /* arrival to the end */
@@ -167,6 +174,12 @@ struct srv_req {
     uint64_t session; /* its owner's, kept for the log after the owner is gone */
     uint64_t seed;
     int32_t prompt_tokens;               /* -1 until tokenized */
+    int is_chat;                         /* its prompt was messages */
+    int32_t trimmed_messages;            /* messages left out of the conversation (truncate) */
+    int32_t trimmed_tokens;              /* tokens left out (those messages', or of a plain
+                                            prompt with truncate_prompt_tokens) */
+    char *messages;                      /* chat, only with a database: the messages as logged
+                                            (JSON, heap) */
     int32_t cached_tokens;               /* of them, found in the prefix cache (set when started) */
     char conversation[REQ_MAX_CONV + 1]; /* the client's ("": none) */
     int32_t max_tokens;

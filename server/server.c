@@ -592,6 +592,7 @@ static server *server_new(const ifl_server_opts *o)
                             .def_max_tokens = o->default_max_tokens,
                             .def_temperature = o->default_temperature,
                             .def_top_p = o->default_top_p,
+                            .def_truncate = !o->no_trim,
                             .def_top_k = o->default_top_k};
     return s;
 }

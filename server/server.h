@@ -32,6 +32,7 @@ typedef struct {
     int32_t step_tokens; /* token budget per step */
     int32_t kv_mem_mb;   /* KV pool memory per batcher (0: default) */
     int no_prefix_cache; /* --prefix-cache off: every prompt computed whole (engine/kv.h) */
+    int no_trim; /* --trim off: a chat that does not fit is refused unless it asks for truncate */
     int32_t max_connections;
     int32_t max_inflight; /* requests in flight per connection */
     int32_t max_message;  /* bytes of one client message */

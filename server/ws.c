@@ -108,7 +108,8 @@ static void sink_started(void *fe, const srv_req *r)
     srv_conn *c = fe;
     strbuf sb;
     sb_init(&sb, LWS_PRE);
-    proto_write_started(&sb, r->id, r->policy, r->rid, r->prompt_tokens, r->cached_tokens, r->seed);
+    proto_write_started(&sb, r->id, r->policy, r->rid, r->prompt_tokens, r->cached_tokens,
+                        r->trimmed_messages, r->trimmed_tokens, r->seed);
     send_frame(c->srv, c, &sb);
 }
 
@@ -326,6 +327,7 @@ static void send_hello(server *s, srv_conn *c)
                      .def_top_k = s->lim.def_top_k,
                      .def_temperature = s->lim.def_temperature,
                      .def_top_p = s->lim.def_top_p,
+                     .def_truncate = s->lim.def_truncate,
                      .user_key = c->user_hash[0] != 0,
                      .history = s->history ? s->o->history : "off"};
     strbuf sb;

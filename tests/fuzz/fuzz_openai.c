@@ -4,6 +4,7 @@
  * leak, an error whose answer (openai_write_error) is JSON, and accepted requests within the
  * documented ranges (a batch's prompts each). */
 #include "fuzz_common.h"
+#include "chat_template.h"
 #include "http_api.h"
 
 static void check_error(const proto_error *pe)
@@ -45,8 +46,20 @@ static void parse_as(const cJSON *root, http_api_kind api)
             for (int i = 0; i < p.n_stop; i++)
                 found |= !strcmp(p.stop[i], "\nUser:");
             FUZZ_CHECK(found || p.n_stop == IFL_MAX_STOPS);
+            /* the lines the request layer trims by: in order, inside the prompt, each ending with
+             * its newline, then the suffix to the end */
+            FUZZ_CHECK(p.chat && p.chat->n >= 1);
+            size_t at = 0;
+            for (int32_t i = 0; p.chat && i < p.chat->n; i++) {
+                const chat_line *l = &p.chat->lines[i];
+                FUZZ_CHECK(l->off == at && l->len >= 2 && p.prompt[l->off + l->len - 1] == '\n');
+                at = l->off + l->len;
+            }
+            FUZZ_CHECK(!p.chat || (p.chat->suffix_off == at &&
+                                   !strcmp(p.prompt + at, CHAT_SUFFIX) && p.chat->messages_json));
         }
     }
+    req_chat_free(p.chat);
     free(p.prompt);
     free(p.prompt_ids);
     openai_free_prompts(&ri);

@@ -64,7 +64,8 @@ async function checkCompletions(client, c, served) {
     L.eq(r.choices[0].finish_reason, 'length', 'finish_reason');
     L.eq(JSON.stringify(r.usage), JSON.stringify({ prompt_tokens: ref.done.usage.prompt_tokens, completion_tokens: k.p.max_tokens,
       total_tokens: ref.done.usage.prompt_tokens + k.p.max_tokens,
-      prompt_tokens_details: { cached_tokens: ref.done.usage.cached_tokens } }), 'usage');
+      prompt_tokens_details: { cached_tokens: ref.done.usage.cached_tokens },
+      trimmed_messages: 0, trimmed_tokens: 0 }), 'usage');
     const chunks = await collect(await client.completions.create({ model: k.model, prompt: k.prompt, ...k.p, ...k.ext,
       stream: true, stream_options: { include_usage: true } }));
     const usage = chunks[chunks.length - 1];

@@ -126,6 +126,7 @@ static void check_hello(const cJSON *ex)
                      .def_top_k = (int32_t)num(d, "top_k"),
                      .def_temperature = num(d, "temperature"),
                      .def_top_p = num(d, "top_p"),
+                     .def_truncate = cJSON_IsTrue(obj(d, "truncate")),
                      .user_key = cJSON_IsTrue(obj(ex, "user_key")),
                      .history = hist};
     CHECKF(num(l, "max_context") == h.n_ctx, "hello: limits.max_context is the model's n_ctx");
@@ -148,6 +149,8 @@ static void check_done(const cJSON *ex)
                       .prompt_tokens = (int32_t)num(u, "prompt_tokens"),
                       .completion_tokens = (int32_t)num(u, "completion_tokens"),
                       .cached_tokens = (int32_t)num(u, "cached_tokens"),
+                      .trimmed_messages = (int32_t)num(u, "trimmed_messages"),
+                      .trimmed_tokens = (int32_t)num(u, "trimmed_tokens"),
                       .queue_ms = num(t, "queue_ms"),
                       .ttft_ms = cJSON_IsNumber(ttft) ? ttft->valuedouble : -1,
                       .total_ms = num(t, "total_ms"),
@@ -209,7 +212,8 @@ static void check_server_frame(const cJSON *ex, const char *type)
     } else if (!strcmp(type, "started")) {
         proto_write_started(&sb, id, policy_of(ex), (uint64_t)num(ex, "rid"),
                             (int32_t)num(ex, "prompt_tokens"), (int32_t)num(ex, "cached_tokens"),
-                            (uint64_t)num(ex, "seed"));
+                            (int32_t)num(ex, "trimmed_messages"),
+                            (int32_t)num(ex, "trimmed_tokens"), (uint64_t)num(ex, "seed"));
         expect_frame(ex, type, &sb);
     } else if (!strcmp(type, "token")) {
         const char *text = str(ex, "text");
@@ -379,9 +383,10 @@ static void insert_request(sqlite3 *db, const cJSON *r)
                        "INSERT INTO requests (id, session_id, client_id, policy, prompt, params, "
                        "prompt_tokens, completion_tokens, completion, finish_reason, error_code, "
                        "queued_at, admitted_at, first_token_at, finished_at, queue_ms, ttft_ms, "
-                       "total_ms, tokens_per_s, conversation, cached_tokens) VALUES (?1, (SELECT "
+                       "total_ms, tokens_per_s, conversation, cached_tokens, messages, "
+                       "trimmed_messages, trimmed_tokens) VALUES (?1, (SELECT "
                        "id FROM sessions WHERE session = ?2), ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, "
-                       "?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
+                       "?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24)",
                        -1, &st, NULL);
     sqlite3_bind_int64(st, 1, (int64_t)num(r, "id"));
     bind_txt(st, 2, obj(r, "session"));
@@ -406,6 +411,13 @@ static void insert_request(sqlite3 *db, const cJSON *r)
     bind_num(st, 19, obj(r, "tokens_per_s"));
     bind_txt(st, 20, obj(r, "conversation"));
     bind_num(st, 21, obj(r, "cached_tokens"));
+    char *msgs = cJSON_IsArray(obj(r, "messages")) ? cJSON_PrintUnformatted(obj(r, "messages"))
+                                                   : NULL;
+    if (msgs)
+        sqlite3_bind_text(st, 22, msgs, -1, SQLITE_TRANSIENT);
+    cJSON_free(msgs);
+    bind_num(st, 23, obj(r, "trimmed_messages"));
+    bind_num(st, 24, obj(r, "trimmed_tokens"));
     CHECKF(sqlite3_step(st) == SQLITE_DONE, "insert: %s", sqlite3_errmsg(db));
     sqlite3_finalize(st);
     const cJSON *offs = obj(r, "token_offsets_us");

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chat_template.h"
 #include "http_api.h"
 #include "params.h"
 #include "protocol.h"
@@ -66,9 +67,10 @@ static outcome parse_with(param_api api, const char *name, const char *value, in
         o.rc = proto_parse(text, strlen(text), &LIM, &m, &o.e);
         o.p = m.gen;
         m.gen.prompt = NULL;
-        proto_msg_free(&m);
+        proto_msg_free(&m); /* and its chat */
         free(o.p.prompt);
         o.p.prompt = NULL;
+        o.p.chat = NULL;
         return o;
     }
     cJSON *root = proto_parse_json_object(text, strlen(text), &o.e);
@@ -85,6 +87,8 @@ static outcome parse_with(param_api api, const char *name, const char *value, in
     cJSON_Delete(root);
     free(o.p.prompt);
     free(o.p.prompt_ids);
+    req_chat_free(o.p.chat);
+    o.p.chat = NULL;
     o.p.prompt = NULL;
     o.p.prompt_ids = NULL;
     return o;
@@ -287,6 +291,7 @@ static void walk_table(void)
                    !strcmp(t.e.param, "top_logprobs"),
                "chat: top_logprobs without logprobs: rc %d %s", t.rc, t.e.message);
         free(t.p.prompt);
+        req_chat_free(t.p.chat);
         cJSON_Delete(root);
     }
     /* an unknown name longer than the error's param: cut at a character, never inside one (the

@@ -476,8 +476,8 @@ static void check_prompt_limits(void)
     req_params p = params("long", N_CTX - n + 1);
     snprintf(msg, sizeof msg,
              "the prompt is %d tokens; with max_tokens %d that is %d, over the model's context "
-             "of %d",
-             n, N_CTX - n + 1, N_CTX + 1, N_CTX);
+             "of %d (truncate_prompt_tokens %d keeps the last tokens that fit)",
+             n, N_CTX - n + 1, N_CTX + 1, N_CTX, n - 1);
     check_refused(&o, &p, IFL_CODE_PROMPT_TOO_LONG, msg);
     /* token ids in range, and a request exactly at the context: accepted (then cancelled) */
     uint64_t dones = rec.dones;
