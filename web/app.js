@@ -2,12 +2,14 @@
 // the composer (its sampling parameters' panel, built from the hello's parameter table, and its
 // checks are params.js's), the requests of the cards (conversation.js: one card per conversation,
 // its turns streaming in; Chat mode and continued cards send `messages` with the card's
-// `conversation` id), and the live batch views fed by `step` frames (batchview.js).
+// `conversation` id; a regenerated or edited turn (chat_tools.js) is sent the same way), and the
+// live batch views fed by `step` frames (batchview.js).
 //
 // Hooks for tests and curious users:
 //   each card: <li class="card" data-id="c1" data-state="new|queued|started|streaming|done|error"
 //              data-model="iterative" data-rid="17" data-finish="length"> with a .completion
-//              (its current request's; the thread's hooks are in conversation.js)
+//              (its current request's; the thread's hooks are in conversation.js, the tools'
+//              in chat_tools.js)
 //   <body data-conn="connecting|open|closed" data-steps="on|off" data-session="...">
 //   window.inflightSteps = {iterative: [...], static: [...]}: the last step frames, as received
 //   window.inflight: the page's state (hello, cards by id, requests by id, own rids by model)
@@ -362,7 +364,9 @@ function onStep(m) {
 const cards = initCards({
   app, el,
   submitTurn: (card, text) => continueCard(card, text),
+  send: (card, makeTurn, extra) => sendOn(card, makeTurn, extra),
   cancel: (card) => cancelCard(card),
+  banner: showBanner,
   reuse: (card) => {
     el.prompt.value = card.prompt;
     el.prompt.focus();
@@ -414,6 +418,7 @@ function onStarted(m) {
   card.promptTokens = m.prompt_tokens;
   if (typeof m.cached_tokens === 'number') card.cachedTokens = m.cached_tokens;
   card.seed = m.seed;
+  cards.setTrim(card, m);   // what the server left out of a long conversation
   if (card.state === 'queued') cards.setState(card, 'started');
   cards.touch(card);
 }
@@ -495,18 +500,17 @@ function currentMode() {
 // A new card for a prompt from the composer; mode 'chat' sends it as the first user turn.
 function submit(prompt, model, params, mode) {
   const card = cards.create({ model, params, mode });
-  sendTurn(card, prompt, params);
+  sendTurn(card, cards.addTurn(card, prompt), params);
   return card;
 }
 
-// The card's next request: `prompt` for a completion card's first turn, else `messages` with
-// every earlier turn; always with the card's conversation id.
-function sendTurn(card, user, params) {
-  const kind = cards.nextKind(card);
-  const history = kind === 'chat' ? cards.messages(card, user) : null;
-  const turn = cards.beginTurn(card, user, kind, params);
+// A request of the card's turn: `prompt` for a completion card's first turn, else `messages` with
+// every earlier turn of the shown branch; always with the card's conversation id.
+function sendTurn(card, turn, params) {
+  const req = cards.beginTurn(card, turn, params);
+  const history = req.messages || null;
   const msg = Object.assign({ type: 'generate', id: turn.reqId },
-    history ? { messages: history } : { prompt: user },
+    history ? { messages: history } : { prompt: req.prompt },
     { conversation: card.conv, model: card.model }, params);
   const text = JSON.stringify(msg), maxBytes = limits().max_message_bytes;
   if (maxBytes && byteLength(text) > maxBytes) {
@@ -522,14 +526,20 @@ function sendTurn(card, user, params) {
   app.ws.send(text);
 }
 
-// The card's Continue form (or a new chat's first turn): null when sent, else why not.
-function continueCard(card, text) {
+// A request on the card, with the composer's parameters (and `extra`, e.g. a regenerated turn's
+// new seed): makeTurn() gives its turn once it can be sent. Null when sent, else why not.
+function sendOn(card, makeTurn, extra) {
   if (!app.hello) return 'Not connected to the server yet.';
   const params = readParams();
   if (!params) return 'Please fix the highlighted sampling parameter first.';
-  if (!card.turns.some((t) => !t.failed && t.finish)) card.model = currentPolicy();
-  sendTurn(card, text, params);
+  if (!card.model || !card.turns.some(cards.good)) card.model = currentPolicy();
+  sendTurn(card, makeTurn(), Object.assign(params, extra || {}));
   return null;
+}
+
+// The card's Continue form (or a new chat's first turn): null when sent, else why not.
+function continueCard(card, text) {
+  return sendOn(card, () => cards.addTurn(card, text));
 }
 
 function onSend(ev) {

@@ -1,29 +1,38 @@
 // conversation.js: the chat page's request cards and their conversations. A card is a thread of
-// turns (the user's text and the reply streaming into it). A finished card can be continued:
-// "Continue" opens an input for the next user turn, which app.js sends as `messages` (every earlier
-// turn, then the new one) with the card's `conversation` id (docs/protocol.md), so the server can
-// take the earlier turns' KV from its prefix cache; each turn shows its token usage with the cached
-// share. "New chat" starts an empty card. Conversations are kept in localStorage
-// (`inflight.conversations`: id, mode, policy, each turn's text and usage) and their cards restored
-// on load, without the live parts (timings, rids). app.js drives it (initCards);
-// the history page (history.html) uses its helpers to show a conversation's requests as a thread.
+// turns (the user's text and the reply streaming into it) and goes on for as long as the user
+// likes: "Continue" opens an input for the next user turn, which app.js sends as `messages` (every
+// earlier turn, then the new one) with the card's `conversation` id (docs/protocol.md), so the
+// server takes the earlier turns' KV from its prefix cache; each turn shows its token usage with
+// the cached share. When the conversation outgrows the model's context the server leaves its
+// oldest turns out and says how many (`trimmed_messages` in `started` and `done`): those turns
+// are shown faded, under a note, from what the server reported for the latest turn (nothing is
+// guessed here). The turns are a tree: editing an earlier user turn starts a branch beside it
+// (the turn then switches between them, "‹ 2/2 ›"); the shown branch is `card.turns`. The
+// per-turn tools (copy, edit, regenerate, branches), export, import, delete and the Escape key
+// are chat_tools.js's; the records in localStorage (every branch) are conv_store.js's. "New
+// chat" starts an empty card. app.js drives it (initCards).
 //
 // Hooks for tests:
 //   <li class="card" data-conversation="c-0123456789abcdef" data-mode="chat|complete"
-//       data-turns="N" data-restored="1"> holds <ol class="thread"> of <li class="turn"
-//       data-turn="1" data-kind="chat|complete" data-state="queued|...|done|error" data-req="c1"
-//       data-prompt-tokens="42" data-cached="32" data-completion-tokens="12"> (.prompt,
-//       .completion, .turn-usage); .card-continue opens form.turn-form (.turn-input, .turn-send,
-//       .turn-close, .turn-err); #new-chat makes a card with data-state="new" and its form open.
+//       data-turns="N" data-restored="1" data-imported="1" data-trimmed-messages="6"
+//       data-trimmed-tokens="36"> holds <ol class="thread"> of <li class="turn" data-turn="1"
+//       data-kind="chat|complete" data-state="queued|...|done|error" data-req="c1"
+//       data-prompt-tokens="42" data-cached="32" data-completion-tokens="12" data-faded="2"
+//       data-trimmed-messages="6"> (.prompt, .completion, .turn-usage); data-faded: how many of
+//       the turn's messages (its user text, its reply) the model did not see for the latest turn,
+//       whose own data-trimmed-messages (and the card's) say what the server reported; after the
+//       last faded turn <li class="trim-note" data-trimmed-messages data-trimmed-tokens>;
+//       .card-continue opens form.turn-form (.turn-input, .turn-send, .turn-close, .turn-err);
+//       #new-chat makes a card with data-state="new" and its form open. The tools' hooks are in
+//       chat_tools.js.
 
 import { isNum, ms as fmtMs, rate as fmtRate } from './format.js';
+import { CONV_ID, STORE, messagesOf, readStore, storeUpdate, toRecord } from './conv_store.js';
+import { initTools } from './chat_tools.js';
 
-const STORE = 'inflight.conversations';
-const KEEP = 50;   // conversations kept in localStorage: the most recently used
 // Card colours: distinct hues that read on light and dark backgrounds.
 const PALETTE = ['#3d7bf7', '#e5484d', '#2fa36b', '#f08c1a', '#8e55d6', '#0fa3a3', '#d6409f',
   '#a87b4f', '#5b6cf0', '#7ab317'];
-const CONV_ID = /^[A-Za-z0-9_-]{1,64}$/;   // what the server accepts as a conversation id
 
 // "c-" and 16 random hex digits: within the server's [A-Za-z0-9_-]{1,64}.
 function newConversationId() {
@@ -32,61 +41,28 @@ function newConversationId() {
   return 'c-' + Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('');
 }
 
-// ---------------------------------------------------------------- localStorage
-
-function validRecord(r) {
-  return r && typeof r === 'object' && typeof r.id === 'string' && CONV_ID.test(r.id) &&
-    Array.isArray(r.turns) && r.turns.length > 0 &&
-    r.turns.every((t) => t && typeof t.user === 'string' && typeof t.reply === 'string');
-}
-
-// The stored conversations, least recently used first ([] when storage is off or unreadable).
-function readStore() {
-  try {
-    const j = JSON.parse(window.localStorage.getItem(STORE) || 'null');
-    return j && Array.isArray(j.list) ? j.list.filter(validRecord) : [];
-  } catch (e) {
-    return [];
-  }
-}
-
-// Writes the list; when the browser's quota refuses it, drops the oldest half and tries again.
-function writeStore(list) {
-  for (let l = list.slice(-KEEP); ; l = l.slice(Math.ceil(l.length / 2))) {
-    try {
-      if (l.length) window.localStorage.setItem(STORE, JSON.stringify({ v: 1, list: l }));
-      else window.localStorage.removeItem(STORE);
-      return true;
-    } catch (e) {
-      if (!l.length) return false;
-    }
-  }
-}
-
-// Another tab may have written meanwhile: read, change one entry, write.
-function storeUpdate(id, rec) {
-  const list = readStore().filter((r) => r.id !== id);
-  if (rec) list.push(rec);
-  writeStore(list);
-}
+// A finished turn that is part of the conversation (a failed one is not sent again).
+const good = (t) => !t.failed && !!t.finish;
 
 // ---------------------------------------------------------------- the cards
 
 // ctx: {app, el (the page's elements), submitTurn(card, text) -> null or why it was not sent,
-//       cancel(card), reuse(card)}
+//       send(card, makeTurn, extra) -> the same (for the tools), cancel(card), reuse(card),
+//       banner(text)}
 function init(ctx) {
   const { app, el } = ctx;
   const isFinal = (c) => c.state === 'done' || c.state === 'error' || c.state === 'new';
-  const goodTurns = (c) => c.turns.filter((t) => !t.failed && t.finish);
+  const goodTurns = (c) => c.turns.filter(good);
+  let tools = null;
 
   function create(o) {
     const id = 'c' + app.nextId++;
     const li = el.template.content.cloneNode(true).querySelector('.card');
     const card = {
       id, model: o.model || '', params: o.params || {}, mode: o.mode === 'chat' ? 'chat' : 'complete',
-      conv: o.conv || newConversationId(), restored: !!o.restored,
+      conv: o.conv || newConversationId(), restored: !!o.restored, system: o.system || [],
       color: PALETTE[app.nextColor++ % PALETTE.length],
-      turns: [], turn: null, prompt: '',
+      root: { kids: [], sel: 0 }, turns: [], turn: null, prompt: '', nreq: 0,
       rid: null, state: 'new', position: null, seed: null, tokens: 0, text: '', maxTokens: 64,
       sentAt: performance.now(), firstAt: null, lastAt: null,
       timing: null, usage: null, finish: null, promptTokens: null, cachedTokens: null,
@@ -94,7 +70,8 @@ function init(ctx) {
     };
     for (const cls of ['card-id', 'card-model', 'card-rid', 'card-state', 'card-cancel', 'card-reuse',
       'card-continue', 'thread', 'card-error', 'progress', 'm-ttft', 'm-tps', 'm-tokens', 'm-queue',
-      'm-total', 'm-seed', 'metrics', 'turn-form', 'turn-input', 'turn-send', 'turn-close', 'turn-err']) {
+      'm-total', 'm-seed', 'metrics', 'turn-form', 'turn-input', 'turn-send', 'turn-close', 'turn-err',
+      'card-tools', 'card-export', 'card-delete', 'card-system']) {
       card.q[cls] = li.querySelector('.' + cls);
     }
     li.dataset.id = id;
@@ -108,6 +85,8 @@ function init(ctx) {
     card.q['card-id'].textContent = id;
     card.q['card-id'].title = 'conversation ' + card.conv;
     card.q['card-model'].textContent = card.model || 'new chat';
+    card.q['card-system'].hidden = !card.system.length;
+    card.q['card-system'].querySelector('.system-text').textContent = card.system.join('\n');
     card.q['card-cancel'].addEventListener('click', () => ctx.cancel(card));
     card.q['card-reuse'].addEventListener('click', () => ctx.reuse(card));
     card.q['card-continue'].addEventListener('click', () => openForm(card));
@@ -117,11 +96,13 @@ function init(ctx) {
         e.preventDefault();
         sendForm(card);
       } else if (e.key === 'Escape') {
+        e.preventDefault();   // the form's, not a cancel (chat_tools.js)
         closeForm(card, true);
       }
     });
     card.q['turn-input'].addEventListener('input', () => { card.q['turn-err'].textContent = ''; });
     card.q['turn-close'].addEventListener('click', () => closeForm(card, true));
+    tools.bindCard(card);
     app.cards.set(id, card);
     el.cards.prepend(li);
     update(card);
@@ -129,32 +110,165 @@ function init(ctx) {
     return card;
   }
 
-  // One turn's element in the thread (its text filled in; the reply streams into textNode).
-  function makeTurn(card, user, kind) {
-    const n = card.turns.length + 1;
+  // The next request id of the card: its own id first, then id.2, id.3, ...
+  function newReqId(card) {
+    card.nreq++;
+    return card.nreq === 1 ? card.id : card.id + '.' + card.nreq;
+  }
+
+  // A new turn under parent (the card's root or a turn), shown: the parent's selected follower.
+  function makeTurn(card, parent, user, kind) {
     const li = el.turnTemplate.content.cloneNode(true).querySelector('.turn');
     const turn = {
-      n, user, kind, reqId: n === 1 ? card.id : card.id + '.' + n,
-      reply: '', usage: null, finish: null, seed: null, rid: null, model: card.model,
-      promptTokens: null, cached: null, failed: false, el: li,
-      q: { prompt: li.querySelector('.prompt'), completion: li.querySelector('.completion'), usage: li.querySelector('.turn-usage') },
+      n: 0, user, kind, reqId: null, parent, kids: [], sel: 0, sent: [],
+      reply: null, usage: null, finish: null, seed: null, rid: null, model: card.model,
+      promptTokens: null, cached: null, trimmed: null, failed: false, imported: false, el: li, q: {},
     };
-    li.dataset.turn = String(n);
+    for (const cls of ['prompt', 'completion', 'turn-usage']) turn.q[cls] = li.querySelector('.' + cls);
+    turn.q.usage = turn.q['turn-usage'];
     li.dataset.kind = kind;
-    li.dataset.req = turn.reqId;
-    turn.q.prompt.textContent = user;
+    if (user == null) li.dataset.noUser = '1';
+    turn.q.prompt.textContent = user == null ? '' : user;
     turn.textNode = document.createTextNode('');
     turn.q.completion.append(turn.textNode);
-    card.turns.push(turn);
-    card.el.dataset.turns = String(n);
-    card.q.thread.append(li);
-    if (n === 1) card.prompt = user;
+    parent.kids.push(turn);
+    parent.sel = parent.kids.length - 1;
+    tools.bindTurn(card, turn);
     return turn;
   }
 
-  // A new request on the card: its turn is added and the live fields start over.
-  function beginTurn(card, user, kind, params) {
-    const turn = makeTurn(card, user, kind);
+  // The next user turn after the shown branch's last turn (or another branch of `after`'s turn).
+  function addTurn(card, user, parent, kind) {
+    const p = parent || card.turns[card.turns.length - 1] || card.root;
+    const k = kind || (card.mode === 'chat' || goodTurns(card).length ? 'chat' : 'complete');
+    const turn = makeTurn(card, p, user, k);
+    render(card);
+    return turn;
+  }
+
+  // The turns a request of `turn` sends before it (the shown branch's finished turns above it),
+  // then its messages or, for a completion card's first turn, its prompt.
+  function requestOf(card, turn) {
+    const i = card.turns.indexOf(turn);
+    const sent = card.turns.slice(0, i < 0 ? 0 : i).filter(good);
+    if (turn.kind === 'complete' && !sent.length && !card.system.length) {
+      return { sent, prompt: turn.user };
+    }
+    const messages = card.system.map((s) => ({ role: 'system', content: s }));
+    for (const t of sent) messages.push(...messagesOf(t));
+    if (turn.user != null) messages.push({ role: 'user', content: turn.user });
+    return { sent, messages };
+  }
+
+  // ---------------------------------------------------------------- the shown branch
+
+  function pathOf(card) {
+    const out = [];
+    for (let n = card.root; n.kids.length;) {
+      n = n.kids[Math.min(n.sel, n.kids.length - 1)];
+      out.push(n);
+    }
+    return out;
+  }
+
+  // The shown branch, its turns numbered, faded as the server reported, with the tools' state.
+  function render(card) {
+    card.turns = pathOf(card);
+    card.turns.forEach((t, i) => {
+      t.n = i + 1;
+      t.el.dataset.turn = String(i + 1);
+    });
+    card.el.dataset.turns = String(card.turns.length);
+    const first = card.turns[0];
+    card.prompt = first && first.user != null ? first.user : '';
+    const note = applyFades(card);
+    const items = [];
+    for (const t of card.turns) {
+      items.push(t.el);
+      if (note && note.after === t) items.push(note.li);
+    }
+    card.q.thread.replaceChildren(...items);
+    tools.update(card);
+  }
+
+  // The latest turn of the shown branch the server reported on says which of the turns it sent
+  // the model did not see: the first trimmed_messages of their messages. Returns where the note
+  // goes, or null.
+  function applyFades(card) {
+    let ref = null;
+    for (const t of card.turns) if (t.trimmed) ref = t;
+    let left = ref ? ref.trimmed.messages : 0;
+    const faded = new Map();
+    for (const s of ref ? ref.sent : []) {
+      if (left <= 0) break;
+      const k = Math.min(left, messagesOf(s).length);
+      faded.set(s, k);
+      left -= k;
+    }
+    let last = null, turns = 0;
+    for (const t of card.turns) {
+      const k = faded.get(t) || 0;
+      if (k) {
+        t.el.dataset.faded = String(k);
+        t.el.title = k === messagesOf(t).length ? 'Not seen by the model for the latest turn'
+          : 'This user message was not seen by the model for the latest turn';
+        last = t;
+        turns++;
+      } else if (t.el.dataset.faded) {
+        delete t.el.dataset.faded;
+        t.el.title = '';
+      }
+      if (t.trimmed) t.el.dataset.trimmedMessages = String(t.trimmed.messages);
+      else delete t.el.dataset.trimmedMessages;
+    }
+    const ds = card.el.dataset;
+    if (!ref) {
+      delete ds.trimmedMessages;
+      delete ds.trimmedTokens;
+      return null;
+    }
+    ds.trimmedMessages = String(ref.trimmed.messages);
+    ds.trimmedTokens = String(isNum(ref.trimmed.tokens) ? ref.trimmed.tokens : 0);
+    if (!last) return null;
+    const li = card.trimNote || (card.trimNote = document.createElement('li'));
+    li.className = 'trim-note';
+    li.setAttribute('role', 'note');
+    li.dataset.trimmedMessages = ds.trimmedMessages;
+    li.dataset.trimmedTokens = ds.trimmedTokens;
+    const ctxTokens = ref.trimmed.ctx || (app.hello && app.hello.model && app.hello.model.n_ctx);
+    const tok = ref.trimmed.tokens;
+    li.textContent = `${turns} turn${turns === 1 ? '' : 's'} above not seen by the model` +
+      (ctxTokens ? `: the context holds ${ctxTokens} tokens` : '') +
+      (isNum(tok) && tok > 0 ? ` · ${tok} tokens left out of turn ${ref.n}'s request` : '');
+    return { after: last, li };
+  }
+
+  // A `started` (or `done`) frame's report of what the server left out of the current turn.
+  function setTrim(card, m) {
+    const t = card.turn;
+    if (!t || !isNum(m.trimmed_messages)) return;
+    const ctxTokens = app.hello && app.hello.model && isNum(app.hello.model.n_ctx) ? app.hello.model.n_ctx : null;
+    t.trimmed = { messages: m.trimmed_messages, tokens: isNum(m.trimmed_tokens) ? m.trimmed_tokens : null, ctx: ctxTokens };
+    render(card);
+  }
+
+  // A request of the turn (a new one, or the same turn again) on the card: its live fields start
+  // over. Returns the request's body: {messages} or {prompt}.
+  function beginTurn(card, turn, params) {
+    render(card);
+    const req = requestOf(card, turn);
+    turn.reqId = newReqId(card);
+    Object.assign(turn, {
+      sent: req.sent, reply: '', usage: null, finish: null, seed: null, rid: null, promptTokens: null,
+      cached: null, trimmed: null, failed: false, error: null, model: card.model,
+    });
+    turn.textNode.data = '';
+    const tds = turn.el.dataset;
+    tds.req = turn.reqId;
+    delete tds.errorCode;
+    delete tds.promptTokens;
+    delete tds.cached;
+    delete tds.completionTokens;
     card.turn = turn;
     card.params = params || {};
     const d = app.hello && app.hello.defaults;
@@ -182,34 +296,24 @@ function init(ctx) {
     app.reqs.set(turn.reqId, card);
     setState(card, 'queued');
     closeForm(card);
+    render(card);
     update(card);
     counts();
-    return turn;
+    return req;
   }
 
   // The card a frame's id names: only its current turn's request (a late frame of an earlier
-  // turn, e.g. an unknown_id answer to a cancel, is ignored).
+  // request, e.g. an unknown_id answer to a cancel, is ignored).
   function cardOf(reqId) {
     const c = app.reqs.get(reqId);
     return c && c.turn && c.turn.reqId === reqId ? c : null;
   }
 
-  // The `messages` of the card's next turn: each finished turn (user, then the reply as received),
-  // then the new user turn. A failed turn is left out.
-  function messages(card, user) {
-    const out = [];
-    for (const t of goodTurns(card)) out.push({ role: 'user', content: t.user }, { role: 'assistant', content: t.reply });
-    out.push({ role: 'user', content: user });
-    return out;
-  }
-
-  // The next turn goes as `messages` for a chat card, or once a card has a finished turn.
-  const nextKind = (card) => (card.mode === 'chat' || goodTurns(card).length ? 'chat' : 'complete');
-
   function setState(card, state) {
     card.state = state;
     card.el.dataset.state = state;
     if (card.turn) card.turn.el.dataset.state = state;
+    tools.update(card);
   }
 
   function stateText(card) {
@@ -222,7 +326,7 @@ function init(ctx) {
       case 'done':
         return {
           length: 'done · max tokens', eos: 'done · end of text', stop: 'done · stop string',
-          cancelled: 'cancelled',
+          cancelled: 'cancelled', imported: 'imported',
         }[card.finish] || 'done';
       case 'error': return card.rid == null && card.el.dataset.errorCode !== 'disconnected' ? 'refused' : 'failed';
       default: return card.state;
@@ -359,6 +463,8 @@ function init(ctx) {
     t.cached = card.usage && isNum(card.usage.cached_tokens) ? card.usage.cached_tokens : card.cachedTokens;
     setState(card, 'done');
     renderTurnUsage(t);
+    if (card.usage) setTrim(card, card.usage);
+    else render(card);
     update(card);
     counts();
     persist(card);
@@ -410,7 +516,7 @@ function init(ctx) {
   function remove(card) {
     card.el.remove();
     app.cards.delete(card.id);
-    for (const t of card.turns) if (app.reqs.get(t.reqId) === card) app.reqs.delete(t.reqId);
+    for (const [id, c] of Array.from(app.reqs)) if (c === card) app.reqs.delete(id);
     counts();
   }
 
@@ -426,155 +532,85 @@ function init(ctx) {
   // ---------------------------------------------------------------- storage
 
   // Kept: chat cards, and any card that was continued (a lone completion is not a conversation).
+  // Every branch is kept, with the one shown.
   function persist(card) {
     const turns = goodTurns(card);
     if (!turns.length || (card.mode !== 'chat' && turns.length < 2)) return;
-    storeUpdate(card.conv, {
-      id: card.conv, mode: card.mode, model: card.model, updated: Date.now(),
-      turns: turns.map((t) => ({
-        user: t.user, reply: t.reply, kind: t.kind, finish: t.finish, model: t.model, seed: t.seed,
-        usage: t.usage ? {
-          prompt_tokens: t.usage.prompt_tokens, completion_tokens: t.usage.completion_tokens,
-          cached_tokens: t.usage.cached_tokens,
-        } : null,
-      })),
-    });
+    const rec = toRecord({ id: card.conv, mode: card.mode, model: card.model, updated: Date.now(), system: card.system },
+      card.root, good);
+    if (rec) storeUpdate(card.conv, rec);
+  }
+
+  // A finished card of stored turns (a record's, or an imported file's): turns[i].parent is the
+  // index of the turn it follows (-1: a first turn), sel which follower is shown.
+  function fill(card, turns, rootSel) {
+    const made = [];
+    for (const s of turns) {
+      const t = makeTurn(card, s.parent >= 0 ? made[s.parent] : card.root, s.user, s.kind === 'complete' ? 'complete' : 'chat');
+      t.reqId = newReqId(card);
+      t.el.dataset.req = t.reqId;
+      t.reply = s.reply;
+      if (s.reply) t.textNode.appendData(s.reply);
+      t.finish = s.finish || 'unknown';
+      t.model = s.model || card.model;
+      t.seed = isNum(s.seed) ? s.seed : null;
+      t.usage = s.usage && typeof s.usage === 'object' ? s.usage : null;
+      t.promptTokens = t.usage && isNum(t.usage.prompt_tokens) ? t.usage.prompt_tokens : null;
+      t.cached = t.usage && isNum(t.usage.cached_tokens) ? t.usage.cached_tokens : null;
+      t.trimmed = s.trimmed || null;
+      t.imported = !!s.imported;
+      t.el.dataset.state = 'done';
+      if (t.imported) t.el.dataset.imported = '1';
+      renderTurnUsage(t);
+      made.push(t);
+    }
+    // what each turn's request sent: the turns above it (all finished: only those are stored)
+    for (const [i, t] of made.entries()) {
+      t.sel = turns[i].sel || 0;
+      t.sent = [];
+      for (let p = t.parent; p !== card.root; p = p.parent) t.sent.unshift(p);
+    }
+    card.root.sel = rootSel || 0;
+    if (made.some((t) => t.imported)) {
+      card.el.dataset.imported = '1';
+      if (!card.model) card.q['card-model'].textContent = 'imported';
+    }
+    render(card);
+    const last = card.turns[card.turns.length - 1];
+    card.turn = last;
+    card.finish = last.finish;
+    card.usage = last.usage;
+    card.seed = last.seed;
+    card.text = last.reply || '';
+    card.el.dataset.finish = last.finish;
+    setState(card, 'done');
+    update(card);
   }
 
   // The stored conversations as finished cards, the most recent on top.
   function restore() {
     for (const r of readStore()) {
       if (Array.from(app.cards.values()).some((c) => c.conv === r.id)) continue;
-      const card = create({ model: r.model, mode: r.mode, conv: r.id, restored: true });
-      for (const s of r.turns) {
-        const t = makeTurn(card, s.user, s.kind === 'complete' ? 'complete' : 'chat');
-        t.reply = s.reply;
-        t.textNode.appendData(s.reply);
-        t.finish = typeof s.finish === 'string' ? s.finish : 'unknown';
-        t.model = s.model || r.model;
-        t.seed = isNum(s.seed) ? s.seed : null;
-        t.usage = s.usage && typeof s.usage === 'object' ? s.usage : null;
-        t.promptTokens = t.usage && isNum(t.usage.prompt_tokens) ? t.usage.prompt_tokens : null;
-        t.cached = t.usage && isNum(t.usage.cached_tokens) ? t.usage.cached_tokens : null;
-        t.el.dataset.state = 'done';
-        renderTurnUsage(t);
-        card.turn = t;
-      }
-      const last = card.turn;
-      card.finish = last.finish;
-      card.usage = last.usage;
-      card.seed = last.seed;
-      card.text = last.reply;
-      card.el.dataset.finish = last.finish;
-      setState(card, 'done');
-      update(card);
+      fill(create({ model: r.model, mode: r.mode, conv: r.id, restored: true, system: r.system }), r.turns, r.sel);
     }
     counts();
   }
 
-  return { create, beginTurn, cardOf, messages, nextKind, setState, touch, update, counts, fail, finishTurn, newChat, restore, isFinal };
-}
-
-// ---------------------------------------------------------------- for the history page
-
-// A chat request's logged prompt is its rendered conversation ("User: ...\nAssistant: ...\n
-// User: ...\nAssistant:", server/chat_template.h): its last user turn, or null if it is not one.
-function lastUserTurn(prompt) {
-  const s = String(prompt == null ? '' : prompt);
-  if (!s.endsWith('Assistant:')) return null;
-  const body = s.slice(0, -'Assistant:'.length).replace(/\n$/, '');
-  const i = body.lastIndexOf('\nUser:');
-  const turn = i >= 0 ? body.slice(i + 6) : (body.startsWith('User:') ? body.slice(5) : null);
-  return turn == null ? null : turn.replace(/^ /, '');
-}
-
-// History rows (newest first) as threads: [{r} | {head: id, list} | {r, conv, turn, of}]. A
-// conversation's requests come together at its newest one's place, oldest turn first; a
-// conversation of one request is a plain row (with its conv).
-function threadOrder(requests) {
-  const conv = (r) => (typeof r.conversation === 'string' && r.conversation ? r.conversation : null);
-  const groups = new Map();
-  for (const r of requests) {
-    const c = conv(r);
-    if (c) (groups.get(c) || groups.set(c, []).get(c)).push(r);
+  // A conversation from a file (conv_store.js's parseImport): a new card, kept at once.
+  function importConversation(parsed) {
+    const card = create({ mode: 'chat', restored: true, system: parsed.system });
+    fill(card, parsed.turns.map((t, i) => ({ user: t.user, reply: t.reply, kind: 'chat', finish: 'imported', parent: i - 1, imported: true })), 0);
+    persist(card);
+    counts();
+    return card;
   }
-  const at = (r) => (isNum(r.queued_at_ms) ? r.queued_at_ms : 0);
-  for (const g of groups.values()) g.sort((a, b) => at(a) - at(b) || a.id - b.id);
-  const out = [];
-  const placed = new Set();
-  for (const r of requests) {
-    const c = conv(r);
-    if (!c) {
-      out.push({ r });
-    } else if (!placed.has(c)) {
-      placed.add(c);
-      const g = groups.get(c);
-      if (g.length === 1) {
-        out.push({ r, conv: c });
-      } else {
-        out.push({ head: c, list: g });
-        g.forEach((x, i) => out.push({ r: x, conv: c, turn: i + 1, of: g.length }));
-      }
-    }
-  }
-  return out;
+
+  const api = {
+    create, addTurn, beginTurn, cardOf, setState, setTrim, touch, update, render, counts, fail, finishTurn,
+    newChat, restore, isFinal, persist, remove, importConversation, good,
+  };
+  tools = initTools(Object.assign({ cards: api }, ctx));
+  return api;
 }
 
-// A thread's first row: the conversation, its turns and cached tokens, and (o.link) a link to
-// the conversation alone when older turns may be on pages not loaded. o.color: its policy's.
-function threadHead(t, o) {
-  const tr = document.createElement('tr');
-  tr.className = 'thread-head';
-  tr.dataset.conversation = t.head;
-  tr.dataset.turns = String(t.list.length);
-  const cached = t.list.reduce((a, r) => a + (isNum(r.cached_tokens) ? r.cached_tokens : 0), 0);
-  tr.dataset.cached = String(cached);
-  if (o.color) tr.style.setProperty('--pc', o.color);
-  const td = document.createElement('td');
-  td.className = 'c-thread';
-  td.colSpan = 8;
-  const code = document.createElement('code');
-  code.textContent = t.head;
-  td.append('Conversation ', code, ` · ${t.list.length} turns` + (cached ? ` · ${cached} prompt tokens from the prefix cache` : ''));
-  if (o.link) {
-    const a = document.createElement('a');
-    a.href = o.link;
-    a.textContent = 'all its turns';
-    a.title = 'Older turns may be on pages not loaded yet';
-    td.append(' · ', a);
-  }
-  tr.append(td);
-  return tr;
-}
-
-// A history row's prompt cell: the turn's number in its thread, and for a chat request its
-// newest user turn (its prompt is the whole conversation: in the title, and the detail panel).
-function promptCell(td, r, t) {
-  if (t.turn) {
-    const n = document.createElement('span');
-    n.className = 'turn-no';
-    n.textContent = String(t.turn);
-    n.title = `turn ${t.turn} of ${t.of}`;
-    td.append(n);
-  }
-  const pr = document.createElement('span');
-  pr.className = 'cell-prompt';
-  const said = t.conv ? lastUserTurn(r.prompt) : null;
-  pr.textContent = said != null ? said : (r.prompt || '');
-  pr.title = String(r.prompt || '').slice(0, 600);
-  td.append(pr);
-}
-
-// "32 cached" under a row's token count when the prefix cache served part of its prompt.
-function cachedNote(td, r) {
-  if (!isNum(r.cached_tokens) || r.cached_tokens <= 0) return;
-  const c = document.createElement('span');
-  c.className = 'cached-note';
-  c.textContent = `${r.cached_tokens} cached`;
-  td.append(c);
-}
-
-export {
-  init as initCards, newConversationId, lastUserTurn, threadOrder, threadHead, promptCell, cachedNote,
-  CONV_ID, STORE,
-};
+export { init as initCards, newConversationId, good, CONV_ID, STORE };

@@ -1,15 +1,20 @@
 // history.js: the history page: this browser's past requests from the server's SQLite log
 // (docs/protocol.md, "User key and history"), newest first, 50 at a time ("Load older" pages with
-// `before`), a conversation's requests together as a thread (conversation.js's threadOrder: at
-// its newest request's place, oldest turn first, with the prompt tokens that came from the
-// prefix cache); history.html?conversation=ID shows one conversation; TTFT and tokens/s over
+// `before`), a conversation's requests together as a thread (threads.js: at its newest request's
+// place, oldest turn first, each its user message and completion from the API's `messages`, with
+// the prompt tokens that came from the prefix cache and the turns a long conversation left out);
+// history.html?conversation=ID shows one conversation; TTFT and tokens/s over
 // time (plot.js); the selected request's token arrival timeline, parameters (labelled from the
 // parameter table the chat page last saw, params.js) and whole text from /api/requests/ID.
 //
 // Hooks for tests:
-//   threads: <tr class="thread-head" data-conversation="c-..." data-turns="3" data-cached="64">,
-//         then its rows <tr class="turn-row" data-id data-conversation data-turn="1"
-//         data-cached="0"> (a lone request of a conversation: a plain row with data-conversation)
+//   threads: <tr class="thread-head" data-conversation="c-..." data-turns="3" data-cached="64"
+//         data-trimmed-messages="6" data-trimmed-turns="3" data-trimmed-tokens="412"> (its
+//         newest request's trims, .trim-note), then its rows <tr class="turn-row" data-id
+//         data-conversation data-turn="1" data-cached="0" data-trimmed-messages="6"> (a lone
+//         request of a conversation: a plain row with data-conversation); a row's .cell-prompt
+//         (a chat request's last user message), .cell-reply (its completion), .trim-note
+//   #detail-trim: the selected request's trims (hidden when none)
 //   <body data-state="loading|ready|empty|nodb|error" data-error="off|network|http|bad-answer">
 //   rows: <tr data-id="412" data-policy="iterative" data-finish="length" data-kind="done|cancelled|
 //         error" data-error-code="..."> (aria-expanded="true" on the selected one, which has the
@@ -18,7 +23,7 @@
 //   #detail[data-state="none|loading|ready|error"][data-id] (its row: tr.detail-row)
 //   window.inflightHistory: the loaded requests, the selected request's detail, the plots
 
-import * as CONV from './conversation.js';
+import * as CONV from './threads.js';
 import { isNum, ms as fmtMs, rate as fmtRate, when as fmtWhen, full as fmtFull, quantile } from './format.js';
 import { describeParams, rememberedTable } from './params.js';
 import { Plot } from './plot.js';
@@ -36,9 +41,6 @@ const ONLY = (() => {
   const c = new URLSearchParams(location.search).get('conversation');
   return c && CONV.CONV_ID.test(c) ? c : null;
 })();
-const FINISH_TEXT = {
-  length: 'max tokens', eos: 'end of text', stop: 'stop string', cancelled: 'cancelled', error: 'failed',
-};
 
 const user = userKey.get();
 const hist = {
@@ -85,6 +87,7 @@ const el = {
   detailParams: $('#detail-params'),
   detailPrompt: $('#detail-prompt'),
   detailCompletion: $('#detail-completion'),
+  detailTrim: $('#detail-trim'),
   statTimeline: $('#stat-timeline'),
   keyHint: $('#key-hint'),
   keyWhere: $('#key-where'),
@@ -93,22 +96,7 @@ const el = {
 
 // ---------------------------------------------------------------- formatting (the rest is format.js's)
 
-const shortPrompt = (s, n) => {
-  const t = String(s == null ? '' : s).replace(/\s+/g, ' ').trim();
-  return t.length > n ? t.slice(0, n - 1) + '…' : t;
-};
-
-function finishText(r) {
-  if (r.error_code) return 'refused';
-  return FINISH_TEXT[r.finish_reason] || r.finish_reason || '–';
-}
-
-function finishKind(r) {
-  if (r.error_code || r.finish_reason === 'error') return 'error';
-  if (r.finish_reason === 'cancelled') return 'cancelled';
-  if (!r.finish_reason) return 'unknown';
-  return 'done';
-}
+const { finishText, finishKind, shortPrompt } = CONV;
 
 // ---------------------------------------------------------------- the API
 
@@ -420,7 +408,7 @@ function renderRows() {
 
 function tipFor(r, line) {
   return [`#${r.id} · ${r.policy || '–'} · ${fmtWhen(r.queued_at_ms)}`, line,
-    `“${shortPrompt(r.prompt, 44)}”`, `${isNum(r.completion_tokens) ? r.completion_tokens : 0} tokens · ${finishText(r)}`].join('\n');
+    `“${shortPrompt(CONV.lastUserMessage(r) ?? r.prompt, 44)}”`, `${isNum(r.completion_tokens) ? r.completion_tokens : 0} tokens · ${finishText(r)}`].join('\n');
 }
 
 const plotTtft = new Plot($('#plot-ttft'), {
@@ -543,6 +531,7 @@ function renderDetailHead(r) {
   dlRow(el.detailMetrics, 'Total', fmtMs(r.total_ms), 'arrival to the end');
   el.detailPrompt.textContent = r.prompt || '';
   el.detailCompletion.textContent = r.completion || '';
+  CONV.trimLine(el.detailTrim, r);
   // a refused request has no timings: no timeline, no numbers
   if (r.error_code) el.detail.dataset.refused = '';
   else delete el.detail.dataset.refused;

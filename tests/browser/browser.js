@@ -1,6 +1,7 @@
-// browser.js: the Chromium the browser tests drive (chat.test.js, cors.test.js): where it is
-// ($CHROMIUM, else Debian's /usr/bin/chromium), what to do without it (exit 77, skipped; under
-// CI=true exit 1, since CI must run these tests), playwright-core to drive it, and the launch.
+// browser.js: the Chromium the browser tests drive (chat.test.js, cors.test.js,
+// long_chat.test.js): where it is ($CHROMIUM, else Debian's /usr/bin/chromium), what to do
+// without it (exit 77, skipped; under CI=true exit 1, since CI must run these tests),
+// playwright-core to drive it, and the launch.
 'use strict';
 
 const fs = require('fs');

@@ -1,7 +1,8 @@
-// lib.js: the harness the browser test's checks share (tests/browser/chat.test.js is the entry that
-// CTest runs; conversation.js and history.js hold two of its checks): logging and check(), the
-// `inflight serve` process (start, readiness, stop), pages opened in Chromium and watched for
-// console errors, page errors, failed responses and requests to other origins, and helpers that
+// lib.js: the harness the browser tests' checks share (tests/browser/chat.test.js and
+// long_chat.test.js are entries that CTest runs; conversation.js and history.js hold two of
+// chat.test.js's checks): logging and check(), the `inflight serve` process (start, readiness,
+// stop), pages opened in Chromium and watched for console errors, page errors, failed
+// responses and requests to other origins, and helpers that
 // read the chat and history pages. One instance of the shared state (cleanup, the pages, the last
 // server) for every file: they all require this module.
 'use strict';
