@@ -159,6 +159,13 @@ static void render_requests(const metrics *m, strbuf *sb)
     per_policy_counter(sb, "inflight_generated_tokens_total", "Tokens generated.", m->tokens);
     per_policy_counter(sb, "inflight_prompt_tokens_total", "Prompt tokens of admitted requests.",
                        m->prompt_tokens);
+    per_policy_counter(sb, "inflight_trimmed_requests_total",
+                       "Admitted requests with part of their prompt left out to fit the context (a "
+                       "chat's oldest turns, or truncate_prompt_tokens).",
+                       m->trimmed_requests);
+    per_policy_counter(sb, "inflight_trimmed_tokens_total",
+                       "Prompt tokens left out of admitted requests to fit the context.",
+                       m->trimmed_tokens);
     per_policy_counter(sb, "inflight_steps_total", "Scheduler steps run.", m->steps);
     hist_family(sb, "inflight_time_to_first_token_seconds",
                 "Time from a request's arrival to its first token.", m->ttft);

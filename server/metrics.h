@@ -39,6 +39,8 @@ typedef struct {
     metrics_hist api_e2e[REQ_N_APIS];                    /* seconds, arrival to done */
     uint64_t tokens[IFL_N_POLICIES];        /* generated */
     uint64_t prompt_tokens[IFL_N_POLICIES];
+    uint64_t trimmed_requests[IFL_N_POLICIES]; /* admitted with part of their prompt left out */
+    uint64_t trimmed_tokens[IFL_N_POLICIES];   /* the tokens left out */
     uint64_t steps[IFL_N_POLICIES];
     metrics_hist ttft[IFL_N_POLICIES];  /* seconds, arrival to first token */
     metrics_hist itl[IFL_N_POLICIES];   /* seconds between a request's tokens */

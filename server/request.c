@@ -636,6 +636,8 @@ void req_handle_event(req_layer *L, const bridge_item *it)
     case IFL_EV_STARTED:
         metrics_hist_observe(&L->m->queue[pol], ms_between(r->t_arrival, it->stamp) / 1e3);
         L->m->prompt_tokens[pol] += (uint64_t)r->prompt_tokens;
+        L->m->trimmed_requests[pol] += r->trimmed_tokens > 0;
+        L->m->trimmed_tokens[pol] += (uint64_t)r->trimmed_tokens;
         r->cached_tokens = ev->cached_tokens;
         if (r->owner)
             r->owner->sink->started(r->owner->fe, r);

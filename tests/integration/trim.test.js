@@ -15,6 +15,7 @@
 //    truncate_prompt_tokens), truncate_prompt_tokens beside messages;
 //  - truncate_prompt_tokens on /v1/completions and /ws: the prompt's last N tokens, the same seeded
 //    text as those N tokens sent as ids, trimmed_tokens the rest;
+//  - /metrics' inflight_trimmed_requests_total and _tokens_total count every admitted trim;
 //  - `serve --trim off`: hello's default truncate false, the long conversation refused, accepted
 //    with truncate: true and then the same text as on the first server;
 //  - the request log (--db) and GET /api/history?conversation=: each turn's row carries the
@@ -171,6 +172,7 @@ async function checkRefusals(srv, c, client, last) {
   L.eq(w.text, a.choices[0].text, '/ws truncate_prompt_tokens: the same text');
   L.eq(w.done.usage.trimmed_tokens, all.count - N, '/ws truncate_prompt_tokens: trimmed_tokens');
   L.log(`truncate_prompt_tokens ${N}: ${all.count - N} of ${all.count} tokens left out, the same text as the last ${N} ids`);
+  return all.count - N;
 }
 
 async function checkHistory(port, turns) {
@@ -206,8 +208,15 @@ L.main('trim', async () => {
   L.eq(c.hello.defaults.truncate, true, 'hello: defaults.truncate');
   const turns = await wsConversation(srv, c);
   const client = await openaiTurns(srv.base, turns);
-  await checkRefusals(srv, c, client, turns[turns.length - 1]);
+  const cut = await checkRefusals(srv, c, client, turns[turns.length - 1]);
   await checkHistory(srv.port, turns);
+  // /metrics: every admitted trim counted once (the /ws and /v1 turns, the two cut prompts)
+  const m = await L.fetchMetrics(srv.port);
+  const trimmedTurns = turns.filter((t) => t.trimmedMessages > 0);
+  const pol = { policy: 'iterative' };
+  L.eq(m.get('inflight_trimmed_requests_total', pol), 2 * trimmedTurns.length + 2, 'inflight_trimmed_requests_total');
+  L.eq(m.get('inflight_trimmed_tokens_total', pol), 2 * trimmedTurns.reduce((n, t) => n + t.trimmedTokens, 0) + 2 * cut,
+    'inflight_trimmed_tokens_total');
   // --trim off
   const off = await L.startServer(bin, vocab, model, ['--no-request-log', '--trim', 'off', '--max-tokens', String(MAX)]);
   const c2 = await L.Client.open(off.port, { name: 'trim-off' });
