@@ -20,6 +20,7 @@ int cmd_generate(int argc, char **argv);
 int cmd_bench(int argc, char **argv);           /* --engine: bench_engine, else the scheduler */
 int cmd_bench_scheduler(int argc, char **argv); /* cmd_bench_sched.c */
 int cmd_bench_turns(int argc, char **argv);     /* cmd_bench_turns.c: bench --turns */
+int cmd_bench_turns_long(int argc, char **argv); /* cmd_bench_turns_long.c: --turns --long */
 int cmd_bench_choices(int argc, char **argv);   /* cmd_bench_choices.c: bench --choices */
 #ifdef INFLIGHT_HAVE_SERVER
 int cmd_serve(int argc, char **argv);

@@ -43,6 +43,9 @@ static const char *const USAGE =
     "self-check: greedy replies must be identical with the cache on and off (exit status 1 when\n"
     "they are not, or when a request fails).\n"
     "\n"
+    "With --long: the long-conversation profile instead, conversations that outgrow the context,\n"
+    "trimmed by the server's rule or not (see inflight bench --turns --long --help).\n"
+    "\n"
     "\n";
 /* clang-format on */
 
@@ -595,6 +598,9 @@ out:
 
 int cmd_bench_turns(int argc, char **argv)
 {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--long"))
+            return cmd_bench_turns_long(argc, argv);
     turns_opts o = {.cache = "both",
                     .cfg = {.users = 10,
                             .turns = 5,
