@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 /* What is left after a trim, as a share of the room (bench --turns' --trim-keep measures others:
- * docs/perf.md "Long conversations"). */
+ * docs/perf-history.md "Long conversations"). */
 #define CHAT_TRIM_KEEP 0.5
 
 typedef enum { CHAT_ROLE_SYSTEM = 0, CHAT_ROLE_USER = 1, CHAT_ROLE_ASSISTANT = 2 } chat_role;
