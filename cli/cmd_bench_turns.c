@@ -8,21 +8,15 @@
  * overall throughput and the cache's counters, the on/off TTFT ratios against the goal (from
  * turn 2 on, p90 at most 0.3x of cache-off), and checks that greedy replies are identical with
  * the cache on and off (the exit status says whether they are). */
-#include <stddef.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "batcher.h"
 #include "bench_report.h"
-#include "cli.h"
-#include "defaults.h"
+#include "bench_turns_common.h"
 #include "rng.h"
-#include "runtime.h"
-#include "util.h"
 
 #define GOAL_RATIO 0.3 /* from turn 2 on, TTFT p90 with the cache <= this x without */
 
@@ -49,59 +43,22 @@ static const char *const USAGE =
     "\n";
 /* clang-format on */
 
-typedef struct {
-    int32_t users, turns, opening, added, reply;
-    double interval_ms, think_ms;
-    int32_t max_batch, step_tokens;
-    uint64_t seed;
-    int32_t n_vocab, eos, block_size;
-} turns_cfg;
-
-/* One request: user u's turn k is rec[u * turns + k]. */
+/* What the profile adds to a turn's outcome (the run's ext). */
 typedef struct {
     int32_t n_prompt;
     int32_t expect; /* the cached tokens that were there to find (see the help) */
-    int32_t cached, completion;
-    int finish; /* ifl_finish once done; -2: refused */
-    int done;
-    uint64_t t_queued, t_first, t_done;
 } turn_rec;
 
-/* One run (the cache on or off), shared by the bench thread and the batcher's callbacks. */
+/* One run (the cache on or off). */
 typedef struct {
-    pthread_mutex_t lock;
-    pthread_cond_t cond; /* CLOCK_MONOTONIC; a request done */
-    const turns_cfg *cfg;
+    bt_run base; /* first: the batcher's ud */
     int cache_on;
-    turn_rec *rec; /* (users * turns) {lock} */
-    int32_t *gen;  /* (users * turns * reply) the generated ids {lock} */
-    int32_t n_done;
-    int64_t steps, step_prefill, step_cached; /* from the step records {lock} */
-    uint64_t t0, t1;
-    ifl_batcher_stats st; /* at the end */
+    int64_t steps, step_prefill, step_cached; /* from the step records {base.lock} */
 } run_state;
 
-/* Batcher thread (queued: the submitting thread). */
-static void on_event(void *ud, const ifl_event *ev)
+static turn_rec *rec_at(const bt_run *run, int32_t u, int32_t k)
 {
-    run_state *rs = ud;
-    turn_rec *r = ev->user;
-    int32_t R = rs->cfg->reply;
-    pthread_mutex_lock(&rs->lock);
-    if (ev->type == IFL_EV_TOKEN && ev->index >= 0 && ev->index < R) {
-        rs->gen[(size_t)(r - rs->rec) * (size_t)R + (size_t)ev->index] = ev->token;
-    } else if (ev->type == IFL_EV_DONE) {
-        r->cached = ev->cached_tokens;
-        r->completion = ev->completion_tokens;
-        r->finish = (int)ev->finish;
-        r->t_queued = ev->t_queued;
-        r->t_first = ev->t_first_token;
-        r->t_done = ev->t_finished;
-        r->done = 1;
-        rs->n_done++;
-        pthread_cond_broadcast(&rs->cond);
-    }
-    pthread_mutex_unlock(&rs->lock);
+    return (turn_rec *)run->ext + bt_at(run, u, k);
 }
 
 /* Batcher thread: the step records' totals. */
@@ -111,193 +68,65 @@ static void on_step(void *ud, const ifl_step_record *rec)
     int64_t cached = 0;
     for (int32_t i = 0; i < rec->n_seqs; i++)
         cached += rec->cached[i];
-    pthread_mutex_lock(&rs->lock);
+    pthread_mutex_lock(&rs->base.lock);
     rs->steps++;
     rs->step_prefill += rec->prefill_tokens;
     rs->step_cached += cached;
-    pthread_mutex_unlock(&rs->lock);
+    pthread_mutex_unlock(&rs->base.lock);
 }
 
-/* n seeded ids in the vocabulary, never the end-of-text token. */
-static void fill_ids(const turns_cfg *c, uint64_t seed, int32_t *out, int32_t n)
+/* {lock} Extends user u's conversation for its turn k (bt_driver.prepare: its reply to turn
+ * k - 1, then this turn's new tokens) and sets the turn's record. */
+static void next_prompt(void *ctx, int32_t u, int32_t k)
 {
-    ifl_rng rng;
-    ifl_rng_seed(&rng, seed);
-    for (int32_t i = 0; i < n; i++) {
-        int32_t id;
-        do
-            id = (int32_t)(ifl_rng_next(&rng) % (uint64_t)c->n_vocab);
-        while (id == c->eos);
-        out[i] = id;
-    }
-}
-
-/* The conversations of one run, owned by the bench thread. */
-typedef struct {
-    int32_t cap;   /* tokens per conversation: opening + turns * (added + reply) */
-    int32_t *conv; /* (users * cap) */
-    int32_t *n;    /* (users) tokens so far */
-    int32_t *next; /* (users) turns submitted */
-    int32_t *todo; /* (users) scratch: users to submit to */
-} convs;
-
-static void convs_free(convs *cs)
-{
-    free(cs->conv);
-    free(cs->n);
-    free(cs->next);
-    free(cs->todo);
-}
-
-static int convs_init(convs *cs, const turns_cfg *c)
-{
-    memset(cs, 0, sizeof *cs);
-    size_t U = (size_t)c->users;
-    cs->cap = c->opening + c->turns * (c->added + c->reply);
-    cs->conv = malloc(U * (size_t)cs->cap * sizeof *cs->conv);
-    cs->n = calloc(U, sizeof *cs->n);
-    cs->next = calloc(U, sizeof *cs->next);
-    cs->todo = malloc(U * sizeof *cs->todo);
-    if (!cs->conv || !cs->n || !cs->next || !cs->todo) {
-        convs_free(cs);
-        return -1;
-    }
-    for (int32_t u = 0; u < c->users; u++) {
-        fill_ids(c, c->seed, cs->conv + (size_t)u * (size_t)cs->cap, c->opening);
-        cs->n[u] = c->opening;
-    }
-    return 0;
-}
-
-/* {lock} Extends user u's conversation for its turn k (its reply to turn k - 1, then this turn's
- * new tokens) and sets the turn's record. */
-static void next_prompt(run_state *rs, convs *cs, int32_t u, int32_t k)
-{
-    const turns_cfg *c = rs->cfg;
-    int32_t *conv = cs->conv + (size_t)u * (size_t)cs->cap, bs = c->block_size;
-    turn_rec *r = &rs->rec[(size_t)u * (size_t)c->turns + (size_t)k];
-    int32_t prev_prompt = cs->n[u];
-    if (k > 0) {
-        memcpy(conv + cs->n[u], rs->gen + (size_t)(r - 1 - rs->rec) * (size_t)c->reply,
-               (size_t)c->reply * sizeof *conv);
-        cs->n[u] += c->reply;
-    }
-    uint64_t mix = c->seed ^ ((uint64_t)(u + 1) << 32) ^ (uint64_t)(k + 1);
-    fill_ids(c, ifl_splitmix64(&mix), conv + cs->n[u], c->added);
-    cs->n[u] += c->added;
-    r->n_prompt = cs->n[u];
+    bt_run *run = ctx;
+    const bt_cfg *c = run->cfg;
+    turn_rec *r = rec_at(run, u, k);
+    int32_t prev_prompt = run->n_ids[u], bs = c->block_size;
+    if (k > 0)
+        bt_append_reply(run, u, k - 1);
+    bt_append_added(run, u, k);
+    r->n_prompt = run->n_ids[u];
     /* the KV the cache can have: the opening's blocks, or the turn before's positions written
      * (its prompt and reply but the reply's last token), in whole blocks; never the last token */
     int32_t have = k == 0 ? c->opening : prev_prompt + c->reply - 1;
     if (have > r->n_prompt - 1)
         have = r->n_prompt - 1;
     r->expect = have / bs * bs;
-    r->finish = -1;
 }
 
-/* Submits user u's prompt; on refusal the record ends as refused. */
-static void submit_turn(ifl_batcher *b, run_state *rs, convs *cs, int32_t u, int32_t k)
+/* Submits user u's prompt; a refusal is said on stderr. */
+static void submit_turn(void *ctx, ifl_batcher *b, int32_t u, int32_t k)
 {
-    const turns_cfg *c = rs->cfg;
-    turn_rec *r = &rs->rec[(size_t)u * (size_t)c->turns + (size_t)k];
-    ifl_request_params rp = {.session = (uint64_t)u + 1,
-                             .prompt = cs->conv + (size_t)u * (size_t)cs->cap,
-                             .n_prompt = r->n_prompt,
-                             .max_tokens = c->reply,
-                             .sampling = {.temperature = 0, .top_k = 0, .top_p = 1},
-                             .seed = c->seed + (uint64_t)u,
-                             .ignore_eos = 1,
-                             .user = r};
-    uint64_t id;
+    bt_run *run = ctx;
+    int32_t n = rec_at(run, u, k)->n_prompt;
     ifl_err err;
-    ifl_submit_status st = ifl_batcher_submit(b, &rp, &id, NULL, &err);
-    if (st == IFL_SUBMIT_OK)
-        return;
-    fprintf(stderr, "inflight bench: user %d turn %d (%d tokens) refused (%s): %s\n", u + 1, k + 1,
-            r->n_prompt, ifl_submit_status_name(st), err.msg);
-    pthread_mutex_lock(&rs->lock);
-    r->finish = -2;
-    r->done = 1;
-    rs->n_done++;
-    pthread_mutex_unlock(&rs->lock);
+    ifl_submit_status st = bt_submit(b, run, u, k, bt_ids(run, u), n, &err);
+    if (st != IFL_SUBMIT_OK)
+        fprintf(stderr, "inflight bench: user %d turn %d (%d tokens) refused (%s): %s\n", u + 1,
+                k + 1, n, ifl_submit_status_name(st), err.msg);
 }
 
 /* User u's pause before turn k: exponential, mean think_ms, from (seed, u, k) alone. */
-static uint64_t think_us(const turns_cfg *c, int32_t u, int32_t k)
+static uint64_t think_us(const bt_cfg *c, int32_t u, int32_t k)
 {
     uint64_t x = c->seed ^ 0x7468696e6bull ^ ((uint64_t)(uint32_t)u << 32) ^ (uint32_t)k;
     double r = (double)(ifl_splitmix64(&x) >> 11) * 0x1p-53; /* [0, 1) */
     return (uint64_t)(-log(1.0 - r) * c->think_ms * 1e3);
 }
 
-/* {lock} The users whose next turn is due now into cs->todo (their prompts built); *wake: the
- * earliest start of a user not yet due (0: none). Returns how many, or -1 when all are done. */
-static int32_t due_users(run_state *rs, convs *cs, uint64_t now, uint64_t *wake)
+/* {lock} When user u's turn k may start (bt_driver.start): a user's first turn at its interval,
+ * each next one once its pause is over; a failed turn stops the user. */
+static uint64_t turn_start(void *ctx, int32_t u, int32_t k)
 {
-    const turns_cfg *c = rs->cfg;
-    int32_t n = 0, busy = 0;
-    *wake = 0;
-    for (int32_t u = 0; u < c->users; u++) {
-        int32_t k = cs->next[u];
-        const turn_rec *last = k ? &rs->rec[(size_t)u * (size_t)c->turns + (size_t)k - 1] : NULL;
-        if (k == 0) {
-            uint64_t at = rs->t0 + (uint64_t)((double)u * c->interval_ms * 1e3);
-            if (now < at) {
-                *wake = !*wake || at < *wake ? at : *wake;
-                busy++;
-                continue;
-            }
-        } else if (!last->done) {
-            busy++;
-            continue;
-        } else if (k == c->turns || last->finish != IFL_FINISH_LENGTH) {
-            continue; /* finished (or failed: the run is reported as failed) */
-        } else if (c->think_ms > 0) {
-            uint64_t at = last->t_done + think_us(c, u, k);
-            if (now < at) {
-                *wake = !*wake || at < *wake ? at : *wake;
-                busy++;
-                continue;
-            }
-        }
-        next_prompt(rs, cs, u, k);
-        cs->next[u] = k + 1;
-        cs->todo[n++] = u;
-    }
-    return n || busy ? n : -1;
-}
-
-static void wait_until(run_state *rs, uint64_t wake)
-{
-    if (!wake) {
-        pthread_cond_wait(&rs->cond, &rs->lock);
-        return;
-    }
-    struct timespec ts = {.tv_sec = (time_t)(wake / 1000000u),
-                          .tv_nsec = (long)(wake % 1000000u) * 1000};
-    pthread_cond_timedwait(&rs->cond, &rs->lock, &ts);
-}
-
-/* Runs every user's conversation to its end on batcher b. */
-static void drive(ifl_batcher *b, run_state *rs, convs *cs)
-{
-    rs->t0 = ifl_now_us();
-    pthread_mutex_lock(&rs->lock);
-    for (;;) {
-        uint64_t wake;
-        int32_t n = due_users(rs, cs, ifl_now_us(), &wake);
-        if (n < 0)
-            break;
-        if (n == 0) {
-            wait_until(rs, wake);
-            continue;
-        }
-        pthread_mutex_unlock(&rs->lock);
-        for (int32_t i = 0; i < n; i++)
-            submit_turn(b, rs, cs, cs->todo[i], cs->next[cs->todo[i]] - 1);
-        pthread_mutex_lock(&rs->lock);
-    }
-    pthread_mutex_unlock(&rs->lock);
+    const bt_run *run = ctx;
+    const bt_cfg *c = run->cfg;
+    if (k == 0)
+        return run->t0 + (uint64_t)((double)u * c->interval_ms * 1e3);
+    const bt_outcome *last = bt_out(run, u, k - 1);
+    if (last->finish != IFL_FINISH_LENGTH)
+        return BT_NEVER; /* failed: the run is reported as failed */
+    return c->think_ms > 0 ? last->t_done + think_us(c, u, k) : 0;
 }
 
 /* ---- the report -------------------------------------------------------------------------- */
@@ -310,20 +139,22 @@ typedef struct {
 /* Turn k's figures; ttft: scratch of users entries. */
 static void sum_turn(const run_state *rs, int32_t k, double *ttft, turn_sum *s)
 {
-    const turns_cfg *c = rs->cfg;
+    const bt_run *run = &rs->base;
+    const bt_cfg *c = run->cfg;
     memset(s, 0, sizeof *s);
     for (int32_t u = 0; u < c->users; u++) {
-        const turn_rec *r = &rs->rec[(size_t)u * (size_t)c->turns + (size_t)k];
-        if (!r->done)
+        const bt_outcome *o = bt_out(run, u, k);
+        const turn_rec *r = rec_at(run, u, k);
+        if (!o->done)
             continue; /* never submitted: its user failed earlier */
-        if (r->finish != IFL_FINISH_LENGTH || !r->t_first) {
+        if (o->finish != IFL_FINISH_LENGTH || !o->t_first) {
             s->failed++;
             continue;
         }
         s->prompt += r->n_prompt;
-        s->cached += r->cached;
-        s->found += r->cached >= r->expect;
-        ttft[s->ok++] = (double)(r->t_first - r->t_queued) / 1e3;
+        s->cached += o->cached;
+        s->found += o->cached >= r->expect;
+        ttft[s->ok++] = (double)(o->t_first - o->t_queued) / 1e3;
     }
     bench_sort(ttft, (size_t)s->ok);
     s->p50 = bench_pct(ttft, (size_t)s->ok, 50);
@@ -334,8 +165,9 @@ static void sum_turn(const run_state *rs, int32_t k, double *ttft, turn_sum *s)
  * the prefill accounting disagrees (the step records, the stats and the events), else 0. */
 static int64_t print_run(const run_state *rs, double *ttft, double *p90)
 {
-    const turns_cfg *c = rs->cfg;
-    const ifl_batcher_stats *st = &rs->st;
+    const bt_run *run = &rs->base;
+    const bt_cfg *c = run->cfg;
+    const ifl_batcher_stats *st = &run->st;
     int64_t failed = 0, prompt = 0, cached = 0, tokens = 0;
     printf("prefix cache %s:\n", rs->cache_on ? "on" : "off");
     printf("  turn  requests   prompt  computed    cached  found all  TTFT p50 ms  TTFT p90 ms\n");
@@ -354,8 +186,8 @@ static int64_t print_run(const run_state *rs, double *ttft, double *p90)
         cached += s.cached;
     }
     for (size_t i = 0; i < (size_t)c->users * (size_t)c->turns; i++)
-        tokens += rs->rec[i].done && rs->rec[i].finish >= 0 ? rs->rec[i].completion : 0;
-    double wall = (double)(rs->t1 - rs->t0) / 1e6;
+        tokens += run->out[i].done && run->out[i].finish >= 0 ? run->out[i].completion : 0;
+    double wall = (double)(run->t1 - run->t0) / 1e6;
     int ok = rs->step_prefill == (int64_t)st->prompt_tokens_computed &&
              rs->step_prefill == prompt - cached && rs->step_cached == cached;
     printf("  throughput        : %.1f tokens/s (%lld generated in %.2f s)\n",
@@ -383,7 +215,8 @@ static int64_t print_run(const run_state *rs, double *ttft, double *p90)
 static int compare_runs(const run_state *on, const run_state *off, const double *p90_on,
                         const double *p90_off)
 {
-    const turns_cfg *c = on->cfg;
+    const bt_cfg *c = on->base.cfg;
+    const int32_t *gen_on = on->base.gen, *gen_off = off->base.gen;
     printf("cache on / off:\n  TTFT p90 per turn :");
     double worst = 0;
     int32_t worst_k = 0;
@@ -406,9 +239,9 @@ static int compare_runs(const run_state *on, const run_state *off, const double 
         for (int32_t u = c->users - 1; u >= 0; u--) {
             size_t at = ((size_t)u * (size_t)c->turns + (size_t)k) * R;
             for (size_t i = R; i-- > 0;)
-                if (on->gen[at + i] != off->gen[at + i])
+                if (gen_on[at + i] != gen_off[at + i])
                     mk = k, mu = u, mi = (int32_t)i;
-            bad += memcmp(on->gen + at, off->gen + at, R * sizeof *on->gen) != 0;
+            bad += memcmp(gen_on + at, gen_off + at, R * sizeof *gen_on) != 0;
         }
     if (!bad) {
         printf("  identical tokens  : passed (every user's %d x %d greedy tokens are the same "
@@ -419,7 +252,7 @@ static int compare_runs(const run_state *on, const run_state *off, const double 
     size_t at = ((size_t)mu * (size_t)c->turns + (size_t)mk) * R + (size_t)mi;
     printf("  identical tokens  : FAILED: %d of %d replies differ; the first at user %d, turn %d, "
            "index %d (on %d, off %d)\n",
-           bad, c->users * c->turns, mu + 1, mk + 1, mi, on->gen[at], off->gen[at]);
+           bad, c->users * c->turns, mu + 1, mk + 1, mi, gen_on[at], gen_off[at]);
     return -1;
 }
 
@@ -428,152 +261,74 @@ static int compare_runs(const run_state *on, const run_state *off, const double 
 /* One run on backend be: a batcher with the cache on or off, every conversation, its stats. */
 static int run_one(const ifl_runtime *rt, ifl_backend *be, run_state *rs)
 {
-    const turns_cfg *c = rs->cfg;
-    ifl_err err;
-    convs cs;
-    if (convs_init(&cs, c)) {
-        fprintf(stderr, "inflight bench: out of memory\n");
-        return -1;
-    }
-    ifl_batcher_params p = {.policy = IFL_POLICY_ITERATIVE,
-                            .max_batch = c->max_batch,
-                            .max_queue = c->users + 1,
-                            .step_tokens = c->step_tokens,
-                            .eos_token = rt->model.cfg.eos_token_id,
-                            .tok = rt->tok,
-                            .no_prefix_cache = !rs->cache_on,
-                            .on_event = on_event,
-                            .on_step = on_step,
-                            .ud = rs};
-    ifl_batcher *b = ifl_batcher_start(be, &p, &err);
-    if (!b) {
-        fprintf(stderr, "inflight bench: %s\n", err.msg);
-        convs_free(&cs);
-        return -1;
-    }
-    drive(b, rs, &cs);
-    ifl_batcher_wait_idle(b);
-    ifl_batcher_get_stats(b, &rs->st);
-    ifl_batcher_stop(b);
-    rs->t1 = rs->t0;
-    for (size_t i = 0; i < (size_t)c->users * (size_t)c->turns; i++)
-        rs->t1 = rs->rec[i].t_done > rs->t1 ? rs->rec[i].t_done : rs->t1;
-    convs_free(&cs);
-    return 0;
+    bt_driver d = {.start = turn_start,
+                   .prepare = next_prompt,
+                   .submit = submit_turn,
+                   .ctx = &rs->base,
+                   .on_step = on_step};
+    return bt_run_batcher(rt, be, &rs->base, !rs->cache_on, &d);
 }
 
-static int run_state_init(run_state *rs, const turns_cfg *c, int cache_on)
-{
-    memset(rs, 0, sizeof *rs);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the clock of ifl_now_us */
-    pthread_mutex_init(&rs->lock, NULL);
-    pthread_cond_init(&rs->cond, &ca);
-    pthread_condattr_destroy(&ca);
-    rs->cfg = c;
-    rs->cache_on = cache_on;
-    size_t n = (size_t)c->users * (size_t)c->turns;
-    rs->rec = calloc(n, sizeof *rs->rec);
-    rs->gen = calloc(n * (size_t)c->reply, sizeof *rs->gen);
-    return rs->rec && rs->gen ? 0 : -1;
-}
-
-static void run_state_free(run_state *rs)
-{
-    free(rs->rec);
-    free(rs->gen);
-    pthread_mutex_destroy(&rs->lock);
-    pthread_cond_destroy(&rs->cond);
-}
-
-typedef struct {
-    const char *dir, *cache;
-    turns_cfg cfg;
-    int32_t threads;
-    ifl_model_opts mo;
-    ifl_device want;
-    ifl_isa isa;
-} turns_opts;
-
-#define ROW(NAME, TYPE, ARG, LO, HI, F, HELP)                                                      \
-    CLI_ROW(NAME, 0, TYPE, ARG, LO, HI, turns_opts, F, HELP)
 static const cli_opt OPTS[] = {
-    {.name = "turns",
-     .type = CLI_I32,
-     .arg = "T",
-     .lo = 1,
-     .hi = 10000,
-     .off = offsetof(turns_opts, cfg.turns),
-     .flags = CLI_OPTIONAL_ARG,
-     .help = "turns per user (the value needs the '=')"},
-    ROW("users", CLI_I32, "U", 1, 10000, cfg.users, "users, each with its own session"),
-    ROW("opening", CLI_I32, "O", 0, 1 << 20, cfg.opening, "tokens of the shared opening"),
-    ROW("added", CLI_I32, "A", 1, 1 << 20, cfg.added, "new prompt tokens per turn"),
-    ROW("reply", CLI_I32, "R", 1, 1 << 20, cfg.reply, "tokens generated per turn"),
-    ROW("interval-ms", CLI_F64, "X", 0, 3.6e6, cfg.interval_ms,
-        "the users' first turns X ms apart (0: together)"),
-    ROW("think-ms", CLI_F64, "X", 0, 3.6e6, cfg.think_ms,
-        "a user reads the reply before the next turn: a seeded exponential pause of mean X ms "
-        "after each turn, the same in both runs (0: at once, so users who start together stay "
-        "in step)"),
-    CLI_OPT_PREFIX_CACHE(turns_opts, cache, CLI_WORD, "on|off|both"),
-    CLI_OPT_BENCH_MODEL(turns_opts, dir),
-    CLI_OPT_WEIGHTS(turns_opts, mo),
-    CLI_OPT_MAX_BATCH(turns_opts, cfg.max_batch),
-    CLI_OPT_STEP_TOKENS(turns_opts, cfg.step_tokens),
-    CLI_OPT_THREADS(turns_opts, threads),
-    CLI_OPT_DEVICE(turns_opts, want, CLI_INDEX),
-    CLI_OPT_ISA(turns_opts, isa),
-    CLI_OPT_SEED(turns_opts, cfg.seed, "seed of the token ids"),
+    BT_OPT_TURNS,
+    BT_OPT_USERS,
+    BT_ROW("opening", CLI_I32, "O", 0, 1 << 20, cfg.opening, "tokens of the shared opening"),
+    BT_ROW("added", CLI_I32, "A", 1, 1 << 20, cfg.added, "new prompt tokens per turn"),
+    BT_ROW("reply", CLI_I32, "R", 1, 1 << 20, cfg.reply, "tokens generated per turn"),
+    BT_ROW("interval-ms", CLI_F64, "X", 0, 3.6e6, cfg.interval_ms,
+           "the users' first turns X ms apart (0: together)"),
+    BT_ROW("think-ms", CLI_F64, "X", 0, 3.6e6, cfg.think_ms,
+           "a user reads the reply before the next turn: a seeded exponential pause of mean X ms "
+           "after each turn, the same in both runs (0: at once, so users who start together stay "
+           "in step)"),
+    CLI_OPT_PREFIX_CACHE(bt_opts, runs, CLI_WORD, "on|off|both"),
+    BT_OPTS_ENGINE,
 };
-#undef ROW
 
-/* -1: go on; else the exit status (help: 0, a usage error: 2). */
-static int parse_opts(int argc, char **argv, turns_opts *o)
-{
-    static const cli_spec spec = CLI_SPEC("bench", USAGE, OPTS, "bench --turns has its own",
-                                          "the number of turns is --turns=T");
-    int st = cli_parse(&spec, argc, argv, 1, o, sizeof *o);
-    o->cfg.step_tokens = ifl_batcher_step_budget(o->cfg.max_batch, o->cfg.step_tokens);
-    return st;
-}
-
-/* The limits that need the model; fills the model's figures into the profile. */
-static int check_model(turns_cfg *c, const ifl_runtime *rt)
+/* The limits that need the model (bt_main's check). */
+static int check_model(const bt_cfg *c)
 {
     int64_t need = (int64_t)c->opening + (int64_t)c->turns * (c->added + c->reply);
-    if (need > rt->model.cfg.n_ctx) {
+    if (need > c->n_ctx) {
         fprintf(stderr,
                 "inflight bench: --turns: the last turn needs opening + turns x (added + reply) = "
                 "%lld positions, more than the model's context of %d tokens\n",
-                (long long)need, rt->model.cfg.n_ctx);
+                (long long)need, c->n_ctx);
         return -1;
     }
-    int32_t nv = ifl_tokenizer_n_vocab(rt->tok);
-    c->n_vocab = nv < rt->model.cfg.n_vocab ? nv : rt->model.cfg.n_vocab;
-    c->eos = rt->model.cfg.eos_token_id;
     return 0;
 }
 
-/* Both runs (or one), their reports and the comparison; the exit status. */
-static int bench_runs(const ifl_runtime *rt, const turns_opts *o)
+/* The header, both runs (or one), their reports and the comparison; the exit status. */
+static int bench_runs(const ifl_runtime *rt, const bt_opts *o)
 {
-    const turns_cfg *c = &o->cfg;
-    int modes[2], n_modes = 0, rc = 1;
-    if (strcmp(o->cache, "off"))
-        modes[n_modes++] = 1;
-    if (strcmp(o->cache, "on"))
-        modes[n_modes++] = 0;
+    const bt_cfg *c = &o->cfg;
+    printf("inflight bench --turns: %s (%d layers, %d wide, weights %s); %d users x %d turns: a "
+           "shared opening of %d tokens, %d new tokens and a reply of %d (greedy, ignore_eos) a "
+           "turn; first turns %s",
+           o->dir, rt->model.cfg.n_layer, rt->model.cfg.n_embd, ifl_model_dtype_name(&rt->model),
+           c->users, c->turns, c->opening, c->added, c->reply,
+           c->interval_ms > 0 ? "" : "together");
+    if (c->interval_ms > 0)
+        printf("%.0f ms apart", c->interval_ms);
+    if (c->think_ms > 0)
+        printf(", a pause of %.0f ms on average before each next turn", c->think_ms);
+    printf("; max batch %d, step budget %d\n", c->max_batch, c->step_tokens);
+    fflush(stdout);
+    int modes[2], n_modes = bt_modes(o, modes), rc = 1;
     run_state rs[2];
     int n_init = 0, bad = 0;
     double *ttft = malloc((size_t)c->users * sizeof *ttft);
     double *p90 = malloc(2 * (size_t)c->turns * sizeof *p90);
     if (!ttft || !p90)
         goto oom;
-    for (; n_init < n_modes; n_init++)
-        if (run_state_init(&rs[n_init], c, modes[n_init]))
+    for (; n_init < n_modes; n_init++) {
+        rs[n_init] = (run_state){.cache_on = modes[n_init]};
+        if (bt_run_init(&rs[n_init].base, c, sizeof(turn_rec))) {
+            n_init++; /* (freed all the same) */
             goto oom;
+        }
+    }
     for (int i = 0; i < n_modes; i++) {
         if (run_one(rt, rt->be[0], &rs[i]))
             goto out; /* (it said why) */
@@ -590,7 +345,7 @@ oom:
     fprintf(stderr, "inflight bench: out of memory\n");
 out:
     for (int i = 0; i < n_init; i++)
-        run_state_free(&rs[i]);
+        bt_run_free(&rs[i].base);
     free(ttft);
     free(p90);
     return rc;
@@ -601,53 +356,8 @@ int cmd_bench_turns(int argc, char **argv)
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--long"))
             return cmd_bench_turns_long(argc, argv);
-    turns_opts o = {.cache = "both",
-                    .cfg = {.users = 10,
-                            .turns = 5,
-                            .opening = 512,
-                            .added = 64,
-                            .reply = 32,
-                            .max_batch = IFL_DEFAULT_MAX_BATCH,
-                            .step_tokens = IFL_DEFAULT_STEP_TOKENS,
-                            .seed = 1},
-                    .want = IFL_DEVICE_AUTO,
-                    .isa = IFL_ISA_AUTO};
-    int st = parse_opts(argc, argv, &o);
-    if (st >= 0)
-        return st;
-    if (cli_bench_model(&o.dir))
-        return 1;
-    ifl_runtime rt = {0};
-    ifl_runtime_opts ro = {.model_dir = o.dir,
-                           .model_opts = o.mo,
-                           .threads = o.threads,
-                           .n_backends = 1,
-                           .max_seqs = o.cfg.max_batch,
-                           .max_tokens = o.cfg.step_tokens,
-                           .prefault = 1}; /* cache on, then off: on one warm pool */
-    if (cli_runtime_open_model("bench", o.want, o.isa, &ro, &rt))
-        return 1;
-    if (check_model(&o.cfg, &rt)) {
-        ifl_runtime_close(&rt);
-        return 1;
-    }
-    if (cli_runtime_start_backends("bench", &ro, &rt))
-        return 1;
-    o.cfg.block_size = rt.be[0]->params.kv_block_size;
-    const turns_cfg *c = &o.cfg;
-    printf("inflight bench --turns: %s (%d layers, %d wide, weights %s); %d users x %d turns: a "
-           "shared opening of %d tokens, %d new tokens and a reply of %d (greedy, ignore_eos) a "
-           "turn; first turns %s",
-           o.dir, rt.model.cfg.n_layer, rt.model.cfg.n_embd, ifl_model_dtype_name(&rt.model),
-           c->users, c->turns, c->opening, c->added, c->reply,
-           c->interval_ms > 0 ? "" : "together");
-    if (c->interval_ms > 0)
-        printf("%.0f ms apart", c->interval_ms);
-    if (c->think_ms > 0)
-        printf(", a pause of %.0f ms on average before each next turn", c->think_ms);
-    printf("; max batch %d, step budget %d\n", c->max_batch, c->step_tokens);
-    fflush(stdout);
-    int rc = bench_runs(&rt, &o);
-    ifl_runtime_close(&rt);
-    return rc;
+    bt_opts o = bt_preset(10, 5, 512, 64, 32); /* users, turns, opening, added, reply */
+    static const cli_spec spec = CLI_SPEC("bench", USAGE, OPTS, "bench --turns has its own",
+                                          "the number of turns is --turns=T");
+    return bt_main(&spec, argc, argv, &o, check_model, bench_runs);
 }

@@ -20,19 +20,16 @@
 // page must be free of console errors, page errors, CSP violations and requests to other origins. Screenshots go to ARTIFACTS_DIR (with the server's output,
 // server.log).
 //
-// This file is the entry (the command line, the flow, the API-key page, teardown); the harness is in
-// lib.js, the history page check in history.js, the conversation check in conversation.js, finding
-// and launching Chromium in browser.js.
+// This file is the entry (the flow, the API-key page); the harness (the command line, the server,
+// the run with its teardown) is in lib.js, the history page check in history.js, the conversation
+// check in conversation.js, finding and launching Chromium in browser.js.
 //
 // usage: node tests/browser/chat.test.js INFLIGHT_BINARY VOCAB_DIR ARTIFACTS_DIR
 // Exit status: 0 passed, 1 failed, 77 skipped (no Chromium; $CHROMIUM overrides /usr/bin/chromium;
 // under CI=true no Chromium is a failure).
 'use strict';
 
-const fs = require('fs');
-const os = require('os');
 const path = require('path');
-const { spawnSync } = require('child_process');
 const lib = require('./lib');
 const {
   log, ok, check, cleanup, startServer, httpGet, waitReady, stopServer, pages, openPage, openParams, setPolicy,
@@ -42,33 +39,13 @@ const { checkHistory } = require('./history');
 const { checkConversation } = require('./conversation');
 const { chromiumOrExit, launch } = require('./browser');
 
-const argv = process.argv.slice(2);
-if (argv.length !== 3) {
-  process.stderr.write('usage: node tests/browser/chat.test.js INFLIGHT_BINARY VOCAB_DIR ARTIFACTS_DIR\n');
-  process.exit(1);
-}
-const BIN = path.resolve(argv[0]);
-const VOCAB = path.resolve(argv[1]);
-const ARTIFACTS = path.resolve(argv[2]);
-
+const { vocab: VOCAB } = lib.parseArgs('chat.test.js');
 const chromium = chromiumOrExit(log);
-lib.configure({ bin: BIN, artifacts: ARTIFACTS });
 
 // ------------------------------------------------------------------ the test
 
 async function main() {
-  fs.mkdirSync(ARTIFACTS, { recursive: true });
-  cleanup.tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'inflight-browser-'));
-  const model = path.join(cleanup.tmp, 'model');
-  const mk = spawnSync(BIN, ['make-model', '--out', model, '--n-layer', '2', '--n-head', '4', '--n-embd', '64',
-    '--n-ctx', '256', '--seed', '3', '--vocab', VOCAB], { encoding: 'utf8', timeout: 120000 });
-  if (mk.error) throw new Error(`cannot run ${BIN} make-model: ${mk.error.message}`);
-  if (mk.status !== 0) throw new Error(`make-model failed (status ${mk.status}): ${mk.stderr}`);
-  ok('make-model: ' + (mk.stderr || mk.stdout).trim().split('\n').pop());
-
-  const srv = await startServer(model, path.join(cleanup.tmp, 'log.db'));
-  await waitReady(srv);
-  const base = `http://127.0.0.1:${srv.port}`;
+  const { srv, base, model } = await lib.startOnNewModel(VOCAB, 256, 'inflight-browser-');
   ok(`server listening on ${base}, /readyz 200`);
   const index = await httpGet(srv.port, '/');
   check(index.status === 200 && /<title>inflight/.test(index.body), 'GET / serves web/index.html');
@@ -450,42 +427,4 @@ async function checkApiKeyPage(browser, model) {
   }
 }
 
-async function teardown() {
-  if (cleanup.browser) await cleanup.browser.close().catch(() => {});
-  cleanup.browser = null;
-  if (cleanup.server) await stopServer(cleanup.server).catch(() => {});
-  cleanup.server = null;
-  if (cleanup.tmp) fs.rmSync(cleanup.tmp, { recursive: true, force: true });
-  cleanup.tmp = null;
-}
-
-for (const sig of ['SIGINT', 'SIGTERM']) {
-  process.on(sig, () => {
-    log(`interrupted (${sig}): cleaning up`);
-    teardown().finally(() => process.exit(1));
-  });
-}
-
-const watchdog = setTimeout(() => {
-  process.stderr.write('FAIL: the browser test took more than 5 minutes\n');
-  teardown().finally(() => process.exit(1));
-}, 300000);
-
-main().then(async () => {
-  await teardown();
-  clearTimeout(watchdog);
-  log('PASS: browser test');
-  process.exit(0);
-}, async (e) => {
-  await teardown();
-  clearTimeout(watchdog);
-  process.stderr.write(`FAIL: ${e && e.message ? e.message : e}\n`);
-  for (const rec of pages) {
-    if (rec.problems.length) process.stderr.write(`page ${rec.name} reported:\n  ${rec.problems.join('\n  ')}\n`);
-  }
-  if (lib.lastServer && lib.lastServer.output) {
-    process.stderr.write(`the server's last output (all of it in ${path.join(ARTIFACTS, 'server.log')}):\n` +
-      lib.lastServer.output.slice(-3000) + '\n');
-  }
-  process.exit(1);
-});
+lib.runMain(main, { what: 'the browser test', minutes: 5, passed: 'browser test' });

@@ -1,8 +1,9 @@
 // lib.js: the harness the browser tests' checks share (tests/browser/chat.test.js and
 // long_chat.test.js are entries that CTest runs; conversation.js and history.js hold two of
-// chat.test.js's checks): logging and check(), the `inflight serve` process (start, readiness,
-// stop), pages opened in Chromium and watched for console errors, page errors, failed
-// responses and requests to other origins, and helpers that
+// chat.test.js's checks): logging and check(), the entry's command line, the `inflight serve`
+// process (start on a new small model, readiness, stop), the run of an entry's main (teardown,
+// signals, watchdog, the PASS or FAIL report), pages opened in Chromium and watched for console
+// errors, page errors, failed responses and requests to other origins, and helpers that
 // read the chat and history pages. One instance of the shared state (cleanup, the pages, the last
 // server) for every file: they all require this module.
 'use strict';
@@ -10,7 +11,8 @@
 const fs = require('fs');
 const path = require('path');
 const http = require('http');
-const { spawn } = require('child_process');
+const os = require('os');
+const { spawn, spawnSync } = require('child_process');
 
 const REPO = path.resolve(__dirname, '..', '..');
 const T0 = Date.now();
@@ -30,6 +32,19 @@ let ARTIFACTS = null;
 function configure(opts) {
   BIN = opts.bin;
   ARTIFACTS = opts.artifacts;
+}
+
+// The entry's command line, INFLIGHT_BINARY VOCAB_DIR ARTIFACTS_DIR (else the usage and exit
+// status 1), as absolute paths {bin, vocab, artifacts}; the harness is configured with them.
+function parseArgs(script) {
+  const argv = process.argv.slice(2);
+  if (argv.length !== 3) {
+    process.stderr.write(`usage: node tests/browser/${script} INFLIGHT_BINARY VOCAB_DIR ARTIFACTS_DIR\n`);
+    process.exit(1);
+  }
+  const [bin, vocab, artifacts] = argv.map((a) => path.resolve(a));
+  configure({ bin, artifacts });
+  return { bin, vocab, artifacts };
 }
 
 // ------------------------------------------------------------------ the server
@@ -117,6 +132,69 @@ async function stopServer(srv) {
 }
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// A small random model (2 layers, 4 heads, 64 wide, seed 3) of an nCtx-token context in a new
+// temporary folder (cleanup.tmp, named from prefix), and the server on it, logging to a SQLite file
+// there, ready. Returns { srv, base, model } (the model's folder).
+async function startOnNewModel(vocab, nCtx, prefix) {
+  fs.mkdirSync(ARTIFACTS, { recursive: true });
+  cleanup.tmp = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+  const model = path.join(cleanup.tmp, 'model');
+  const mk = spawnSync(BIN, ['make-model', '--out', model, '--n-layer', '2', '--n-head', '4', '--n-embd', '64',
+    '--n-ctx', String(nCtx), '--seed', '3', '--vocab', vocab], { encoding: 'utf8', timeout: 120000 });
+  if (mk.error) throw new Error(`cannot run ${BIN} make-model: ${mk.error.message}`);
+  if (mk.status !== 0) throw new Error(`make-model failed (status ${mk.status}): ${mk.stderr}`);
+  ok('make-model: ' + (mk.stderr || mk.stdout).trim().split('\n').pop());
+  const srv = await startServer(model, path.join(cleanup.tmp, 'log.db'));
+  await waitReady(srv);
+  return { srv, base: `http://127.0.0.1:${srv.port}`, model };
+}
+
+// ------------------------------------------------------------------ the run
+
+// Closes the browser, stops the server and removes the temporary folder (each if there is one).
+async function teardown() {
+  if (cleanup.browser) await cleanup.browser.close().catch(() => {});
+  cleanup.browser = null;
+  if (cleanup.server) await stopServer(cleanup.server).catch(() => {});
+  cleanup.server = null;
+  if (cleanup.tmp) fs.rmSync(cleanup.tmp, { recursive: true, force: true });
+  cleanup.tmp = null;
+}
+
+// Runs an entry's main() to its exit: the teardown after it, on SIGINT or SIGTERM, and when it
+// runs past `minutes` (the FAIL line names it as `what`); then "PASS: <passed>" and exit status 0,
+// or the error, each page's problems and the server's last output and exit status 1.
+function runMain(main, { what, minutes, passed }) {
+  for (const sig of ['SIGINT', 'SIGTERM']) {
+    process.on(sig, () => {
+      log(`interrupted (${sig}): cleaning up`);
+      teardown().finally(() => process.exit(1));
+    });
+  }
+  const watchdog = setTimeout(() => {
+    process.stderr.write(`FAIL: ${what} took more than ${minutes} minutes\n`);
+    teardown().finally(() => process.exit(1));
+  }, minutes * 60000);
+  main().then(async () => {
+    await teardown();
+    clearTimeout(watchdog);
+    log(`PASS: ${passed}`);
+    process.exit(0);
+  }, async (e) => {
+    await teardown();
+    clearTimeout(watchdog);
+    process.stderr.write(`FAIL: ${e && e.message ? e.message : e}\n`);
+    for (const rec of pages) {
+      if (rec.problems.length) process.stderr.write(`page ${rec.name} reported:\n  ${rec.problems.join('\n  ')}\n`);
+    }
+    if (lastServer && lastServer.output) {
+      process.stderr.write(`the server's last output (all of it in ${path.join(ARTIFACTS, 'server.log')}):\n` +
+        lastServer.output.slice(-3000) + '\n');
+    }
+    process.exit(1);
+  });
+}
 
 // ------------------------------------------------------------------ pages
 
@@ -296,7 +374,8 @@ async function loadHistory(page, base, n, query) {
 }
 
 module.exports = {
-  REPO, T0, log, ok, check, configure, cleanup, startServer, httpGet, waitReady, stopServer, sleep,
+  REPO, T0, log, ok, check, configure, parseArgs, cleanup, startServer, httpGet, waitReady, stopServer, sleep,
+  startOnNewModel, teardown, runMain,
   pages, openPage, watchPage, openParams, setPolicy, cardInfo, waitFinal, cardIds, clickAt, stepSpans, screenshot,
   sameList, cardsOf, apiHistory, historyState, drawn, loadHistory,
   // the server started last (a getter: startServer replaces it), for its output when the test fails

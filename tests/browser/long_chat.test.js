@@ -30,27 +30,17 @@
 'use strict';
 
 const fs = require('fs');
-const os = require('os');
 const path = require('path');
-const { spawnSync } = require('child_process');
 const lib = require('./lib');
 const {
-  log, ok, check, cleanup, startServer, httpGet, waitReady, stopServer, pages, openPage, watchPage, setPolicy,
+  log, ok, check, cleanup, httpGet, pages, openPage, watchPage, setPolicy,
   screenshot, sameList, loadHistory, apiHistory,
 } = lib;
 const { chromiumOrExit, launch } = require('./browser');
 const WebSocket = require('ws');
 
-const argv = process.argv.slice(2);
-if (argv.length !== 3) {
-  process.stderr.write('usage: node tests/browser/long_chat.test.js INFLIGHT_BINARY VOCAB_DIR ARTIFACTS_DIR\n');
-  process.exit(1);
-}
-const BIN = path.resolve(argv[0]);
-const VOCAB = path.resolve(argv[1]);
-const ARTIFACTS = path.resolve(argv[2]);
+const { vocab: VOCAB, artifacts: ARTIFACTS } = lib.parseArgs('long_chat.test.js');
 const chromium = chromiumOrExit(log);
-lib.configure({ bin: BIN, artifacts: ARTIFACTS });
 
 const N_CTX = 64;
 const TURNS = 30;
@@ -113,17 +103,7 @@ function checkFades(th, want, what) {
 // ------------------------------------------------------------------ the test
 
 async function main() {
-  fs.mkdirSync(ARTIFACTS, { recursive: true });
-  cleanup.tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'inflight-long-chat-'));
-  const model = path.join(cleanup.tmp, 'model');
-  const mk = spawnSync(BIN, ['make-model', '--out', model, '--n-layer', '2', '--n-head', '4', '--n-embd', '64',
-    '--n-ctx', String(N_CTX), '--seed', '3', '--vocab', VOCAB], { encoding: 'utf8', timeout: 120000 });
-  if (mk.error) throw new Error(`cannot run ${BIN} make-model: ${mk.error.message}`);
-  if (mk.status !== 0) throw new Error(`make-model failed (status ${mk.status}): ${mk.stderr}`);
-  ok('make-model: ' + (mk.stderr || mk.stdout).trim().split('\n').pop());
-  const srv = await startServer(model, path.join(cleanup.tmp, 'log.db'));
-  await waitReady(srv);
-  const base = `http://127.0.0.1:${srv.port}`;
+  const { srv, base } = await lib.startOnNewModel(VOCAB, N_CTX, 'inflight-long-chat-');
   const browser = await launch(chromium);
   cleanup.browser = browser;
   log(`browser: Chromium ${browser.version()}, server ${base}`);
@@ -428,42 +408,4 @@ function parse(payload) {
   try { return JSON.parse(typeof payload === 'string' ? payload : payload.toString()); } catch (e) { return null; }
 }
 
-async function teardown() {
-  if (cleanup.browser) await cleanup.browser.close().catch(() => {});
-  cleanup.browser = null;
-  if (cleanup.server) await stopServer(cleanup.server).catch(() => {});
-  cleanup.server = null;
-  if (cleanup.tmp) fs.rmSync(cleanup.tmp, { recursive: true, force: true });
-  cleanup.tmp = null;
-}
-
-for (const sig of ['SIGINT', 'SIGTERM']) {
-  process.on(sig, () => {
-    log(`interrupted (${sig}): cleaning up`);
-    teardown().finally(() => process.exit(1));
-  });
-}
-
-const watchdog = setTimeout(() => {
-  process.stderr.write('FAIL: the long chat test took more than 3 minutes\n');
-  teardown().finally(() => process.exit(1));
-}, 180000);
-
-main().then(async () => {
-  await teardown();
-  clearTimeout(watchdog);
-  log('PASS: long chat browser test');
-  process.exit(0);
-}, async (e) => {
-  await teardown();
-  clearTimeout(watchdog);
-  process.stderr.write(`FAIL: ${e && e.message ? e.message : e}\n`);
-  for (const rec of pages) {
-    if (rec.problems.length) process.stderr.write(`page ${rec.name} reported:\n  ${rec.problems.join('\n  ')}\n`);
-  }
-  if (lib.lastServer && lib.lastServer.output) {
-    process.stderr.write(`the server's last output (all of it in ${path.join(ARTIFACTS, 'server.log')}):\n` +
-      lib.lastServer.output.slice(-3000) + '\n');
-  }
-  process.exit(1);
-});
+lib.runMain(main, { what: 'the long chat test', minutes: 3, passed: 'long chat browser test' });

@@ -7,18 +7,11 @@
 # replies are still identical. No wall-clock figure is asserted.
 # usage: test_bench_turns.sh INFLIGHT_BINARY VOCAB_DIR
 set -u
-bin=$1
-vocab=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-pass() { echo "ok   $1"; }
-fail() { echo "FAIL $1" >&2; fails=$((fails + 1)); }
-check() { local what=$1; shift; if "$@"; then pass "$what"; else fail "$what"; fi; }
+# shellcheck source=tests/cli/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 
 m="$tmp/model"
-"$bin" make-model --out "$m" --seed 7 --n-layer 2 --n-head 4 --n-embd 64 --n-ctx 128 \
-  --vocab "$vocab" >/dev/null 2>&1 || { echo "FAIL make-model" >&2; exit 1; }
+tiny_model "$m"
 
 # rows OUT MODE: the rows of mode MODE's table in OUT as "turn requests prompt computed cached
 # found" (found: n/m, or - with the cache off)
@@ -66,17 +59,6 @@ check "--max-batch 1: blocks were evicted" \
 "$bin" bench "${small[@]}" --prefix-cache off >"$tmp/one" 2>&1
 check "--prefix-cache off runs one batcher" test "$(grep -c '^prefix cache' "$tmp/one")" -eq 1
 check "--prefix-cache off: nothing to compare" grep -q "identical tokens  : not checked" "$tmp/one"
-# expect_exit CODE PATTERN CMD...: exit status CODE and stderr matching PATTERN
-expect_exit() {
-  local code=$1 pat=$2; shift 2
-  "$@" >/dev/null 2>"$tmp/err"
-  local rc=$?
-  if [ "$rc" -eq "$code" ] && grep -qE -- "$pat" "$tmp/err"; then
-    pass "exit $code: ${*:2} -> $(tail -n 1 "$tmp/err")"
-  else
-    fail "expected exit $code and /$pat/ from: ${*:2} (got $rc: $(tail -n 2 "$tmp/err"))"
-  fi
-}
 expect_exit 2 "must be on, off or both" "$bin" bench --turns --model "$m" --prefix-cache sometimes
 expect_exit 2 "the number of turns is --turns=T" "$bin" bench --turns 3 --model "$m"
 expect_exit 2 "unknown option" "$bin" bench --turns --model "$m" --concurrency 3
@@ -84,5 +66,4 @@ expect_exit 1 "more than the model's context of 128 tokens" "$bin" bench --turns
 check "bench --turns --help" sh -c "'$bin' bench --turns --help | grep -q -- '--prefix-cache'"
 check "bench --help names --turns" sh -c "'$bin' bench --help | grep -q -- '--turns'"
 
-if [ "$fails" -ne 0 ]; then echo "test_bench_turns: $fails check(s) failed" >&2; exit 1; fi
-echo "test_bench_turns: all checks passed"
+finish test_bench_turns

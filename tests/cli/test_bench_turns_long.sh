@@ -8,18 +8,11 @@
 # asserted.
 # usage: test_bench_turns_long.sh INFLIGHT_BINARY VOCAB_DIR
 set -u
-bin=$1
-vocab=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-pass() { echo "ok   $1"; }
-fail() { echo "FAIL $1" >&2; fails=$((fails + 1)); }
-check() { local what=$1; shift; if "$@"; then pass "$what"; else fail "$what"; fi; }
+# shellcheck source=tests/cli/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 
 m="$tmp/model"
-"$bin" make-model --out "$m" --seed 7 --n-layer 2 --n-head 4 --n-embd 64 --n-ctx 128 \
-  --vocab "$vocab" >/dev/null 2>&1 || { echo "FAIL make-model" >&2; exit 1; }
+tiny_model "$m"
 
 # rows OUT MODE: the rows of the table of trimming MODE (on|off) in OUT as "turn answered failed
 # prompt trimmed trims share"
@@ -68,17 +61,6 @@ rc=$?
 check "a share below the goal exits 1 (got $rc)" test "$rc" -eq 1
 check "... and says it missed" grep -q "(goal >= 0.60: MISSED)" "$tmp/miss"
 
-# expect_exit CODE PATTERN CMD...: exit status CODE and stderr matching PATTERN
-expect_exit() {
-  local code=$1 pat=$2; shift 2
-  "$@" >/dev/null 2>"$tmp/err"
-  local rc=$?
-  if [ "$rc" -eq "$code" ] && grep -qE -- "$pat" "$tmp/err"; then
-    pass "exit $code: ${*:2} -> $(tail -n 1 "$tmp/err")"
-  else
-    fail "expected exit $code and /$pat/ from: ${*:2} (got $rc: $(tail -n 2 "$tmp/err"))"
-  fi
-}
 expect_exit 2 "is not a number in \(0, 1\)" "$bin" bench --turns --long --model "$m" --trim-keep 1
 expect_exit 2 "is not a number in \(0, 1\)" "$bin" bench --turns --long --model "$m" --trim-keep 0
 expect_exit 2 "must be on, off or both" "$bin" bench --turns --long --model "$m" --trim sometimes
@@ -88,5 +70,4 @@ check "bench --turns --long --help" \
   sh -c "'$bin' bench --turns --long --help | grep -q -- '--trim-keep'"
 check "bench --turns --help names --long" sh -c "'$bin' bench --turns --help | grep -q -- '--long'"
 
-if [ "$fails" -ne 0 ]; then echo "test_bench_turns_long: $fails check(s) failed" >&2; exit 1; fi
-echo "test_bench_turns_long: all checks passed"
+finish test_bench_turns_long

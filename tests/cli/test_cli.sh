@@ -8,26 +8,8 @@
 # exits for bad models and bad options.
 # usage: test_cli.sh INFLIGHT_BINARY VOCAB_DIR
 set -u
-bin=$1
-vocab=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-pass() { echo "ok   $1"; }
-fail() { echo "FAIL $1" >&2; fails=$((fails + 1)); }
-check() { local what=$1; shift; if "$@"; then pass "$what"; else fail "$what"; fi; }
-
-# expect_exit CODE PATTERN CMD...: exit status CODE and stderr matching PATTERN
-expect_exit() {
-  local code=$1 pat=$2; shift 2
-  "$@" >"$tmp/out" 2>"$tmp/err"
-  local rc=$?
-  if [ "$rc" -eq "$code" ] && grep -qE -- "$pat" "$tmp/err"; then
-    pass "exit $code: $* -> $(head -c 160 "$tmp/err" | tr '\n' ' ')"
-  else
-    fail "expected exit $code and /$pat/ from: $* (got $rc: $(head -c 300 "$tmp/err"))"
-  fi
-}
+# shellcheck source=tests/cli/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 
 for c in "" generate tokenize make-model bench; do
   check "help $c" "$bin" $c --help >/dev/null
@@ -204,5 +186,4 @@ cp -r "$m" "$tmp/trunc"
 head -c 100000 "$m/model.safetensors" >"$tmp/trunc/model.safetensors"
 expect_exit 1 "truncated" "$bin" generate --model "$tmp/trunc" --prompt hi
 
-if [ "$fails" -ne 0 ]; then echo "test_cli: $fails check(s) failed" >&2; exit 1; fi
-echo "test_cli: all checks passed"
+finish test_cli

@@ -4,11 +4,8 @@
 # and `inflight generate` loads it and produces tokens. Needs ~6 GB of temporary disk, ~2 minutes.
 # usage: test_sizes.sh INFLIGHT_BINARY VOCAB_DIR
 set -u
-bin=$1
-vocab=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
+# shellcheck source=tests/cli/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" "$@"
 #          preset       layers heads width
 for spec in "gpt2 12 12 768" "gpt2-medium 24 16 1024" "gpt2-large 36 20 1280" "gpt2-xl 48 25 1600"; do
   set -- $spec
@@ -29,5 +26,4 @@ for spec in "gpt2 12 12 768" "gpt2-medium 24 16 1024" "gpt2-large 36 20 1280" "g
   fi
   rm -rf "$d"
 done
-if [ "$fails" -ne 0 ]; then echo "test_sizes: $fails check(s) failed" >&2; exit 1; fi
-echo "test_sizes: all checks passed"
+finish test_sizes

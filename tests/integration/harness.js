@@ -1,6 +1,6 @@
 'use strict';
 // harness.js: the test-runner part of the integration tests' helpers (re-exported by lib.js):
-// assertions (fail, check, eq, cannotCheck), logging and waiting (log, sleep, until, withTimeout),
+// assertions (fail, check, eq, cannotCheck; requireOpenAI), logging and waiting (log, sleep, until, withTimeout),
 // the cleanup registry (onCleanup, tmpDir, the servers to kill) and main(), which runs a test body
 // and tears down everything it started on every way out: normal end, thrown error, unhandled
 // rejection, SIGINT/SIGTERM, the test's own deadline.
@@ -42,6 +42,19 @@ function cannotCheck(why, { exit = false } = {}) {
     process.exit(77);
   }
   log(`NOTE: not checked here: ${why} (under CI=true this fails)`);
+}
+
+// The official `openai` npm package's client class, for the tests that check the server against its
+// own HTTP and SSE parsing; without the package they have nothing to check: skipped (exit 77), a
+// failure under CI=true (cannotCheck).
+function requireOpenAI() {
+  try {
+    const m = require(path.join(REPO, 'node_modules', 'openai'));
+    return m.default || m.OpenAI || m;
+  } catch (e) {
+    return cannotCheck(`the openai npm package is not installed (scripts/setup.sh installs it): ${e.message}`,
+      { exit: true });
+  }
 }
 
 const T0 = Date.now();
@@ -163,6 +176,6 @@ function percentile(xs, p) {
 }
 
 module.exports = {
-  REPO, QUICK, IN_CI, TestFailure, fail, check, eq, cannotCheck, log, sleep, until, withTimeout,
+  REPO, QUICK, IN_CI, TestFailure, fail, check, eq, cannotCheck, requireOpenAI, log, sleep, until, withTimeout,
   onCleanup, tmpDir, liveServers, main, now, percentile, tail,
 };

@@ -13,16 +13,9 @@
 //    entries as prompt tokens, text the prompt's; with max_tokens 1 one more entry each;
 //  - bad input gets a 400 naming the field: logprobs 21, n 17, max_tokens 0 without echo,
 //    top_logprobs without logprobs (chat), an empty prompt list, a nested list with a non-integer.
-const path = require('path');
 const L = require('./lib');
 
-let OpenAI;
-try {
-  OpenAI = require(path.join(L.REPO, 'node_modules', 'openai'));
-  OpenAI = OpenAI.default || OpenAI.OpenAI || OpenAI;
-} catch (e) {
-  L.cannotCheck(`the openai npm package is not installed (scripts/setup.sh installs it): ${e.message}`, { exit: true });
-}
+const OpenAI = L.requireOpenAI();
 
 async function collect(stream) {
   const chunks = [];

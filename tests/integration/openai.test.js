@@ -27,13 +27,7 @@ const path = require('path');
 const D = require('../db/dblib');
 const L = require('./lib');
 
-let OpenAI;
-try {
-  OpenAI = require(path.join(L.REPO, 'node_modules', 'openai'));
-  OpenAI = OpenAI.default || OpenAI.OpenAI || OpenAI;
-} catch (e) {
-  L.cannotCheck(`the openai npm package is not installed (scripts/setup.sh installs it): ${e.message}`, { exit: true });
-}
+const OpenAI = L.requireOpenAI();
 
 async function wsRef(c, id, params) {
   const r = await c.request({ id, ...params });

@@ -22,12 +22,7 @@ const ALL_ON = {
   stop_token_ids: [50000], ignore_eos: true,
 };
 
-let OpenAI;
-try {
-  OpenAI = require(path.join(L.REPO, 'node_modules', 'openai'));
-} catch (e) {
-  L.cannotCheck('the openai npm package is not installed (scripts/setup.sh --test installs it)', { exit: true });
-}
+const OpenAI = L.requireOpenAI();
 
 async function ws(c, id, params) {
   const r = await c.request({ id, prompt: PROMPT, model: 'iterative', ...params });
