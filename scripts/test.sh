@@ -23,8 +23,8 @@
 # Stages 1 and 2 build the CUDA backend where nvcc is found (its GPU tests skip without a GPU);
 # stages 3 to 6 build without it (INFLIGHT_CUDA=OFF), as a machine without nvcc would.
 # The sanitizer stages and the emulated one run with IFL_TEST_QUICK=1 where a test has smaller
-# sizes for slow builds (stages 3 to 5; in stage 2 the scheduler tests and integration_lockout,
-# tests/CMakeLists.txt); no test's verdict depends on how fast the machine is.
+# sizes for slow builds (stages 3 to 5; in stage 2 the tests marked QUICK_UNDER_ASAN and
+# integration_lockout, tests/CMakeLists.txt); no test's verdict depends on how fast the machine is.
 #
 # Environment:
 #   INFLIGHT_NATIVE=ON   builds stages 1-3 with -march=native (the default is the portable build
