@@ -93,12 +93,8 @@ static int tokenize_chat(const ifl_runtime *rt, srv_req *r, const req_params *p,
     free(turns);
     if (rc) {
         ifl_tokens_free(ids);
-        if (rc == -2) {
-            refused(why, IFL_CODE_OUT_OF_MEMORY, "no memory for the prompt");
-        } else {
-            snprintf(msg, sizeof msg, "cannot tokenize the prompt: %s", err.msg);
-            refused(why, IFL_CODE_INVALID_REQUEST, msg);
-        }
+        /* the arrays, or the tokenizer, which fails only for want of memory (tokenizer.h) */
+        refused(why, IFL_CODE_OUT_OF_MEMORY, "no memory for the prompt");
         return -1;
     }
     if (fits)
